@@ -1,0 +1,19 @@
+#include "backends/make_store.hpp"
+
+#include "backends/file/file_store.hpp"
+#include "backends/postgres/postgres_store.hpp"
+
+namespace fk::store {
+
+std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
+                                                             const config::settings& s) {
+    auto location = config::parse_store_url(s.store);
+    if (!location)
+        return open_error{"store: '" + s.store +
+                          "' is neither file:PATH nor postgresql://... (postgres://...)"};
+    if (location->kind == config::store_kind::file)
+        return open_file_store(io, location->path_or_uri, file_store_options{});
+    return open_postgres_store(io, s);
+}
+
+} // namespace fk::store

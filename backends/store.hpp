@@ -1,0 +1,131 @@
+#pragma once
+// The store interface: everything the HTTP side needs from a place that keeps fences and
+// resources. Every call is a coroutine that resumes on the caller's executor; a store
+// never blocks the caller's thread (the file store runs its syscalls on its own threads,
+// the Postgres store speaks libpq non-blocking on the io_context).
+//
+// The contract every implementation keeps (CONTRACT §2): a write, delete or fence
+// advance is checked with fence::check_write / fence::accepts and applied in one atomic
+// step; a result with error == ok is returned only once data and fence are durable.
+
+#include "backends/net.hpp"
+#include "fence/error.hpp"
+#include "fence/rule.hpp"
+#include "fence/token.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fk::store {
+
+using fence::token_t;
+
+struct put_request {
+    std::string key;
+    std::string lock; // already defaulted to the key by the caller when absent
+    token_t token = 0;
+    std::string content_type;
+    std::string body;
+    fence::preconditions pre;
+};
+
+struct delete_request {
+    std::string key;
+    std::string lock;
+    token_t token = 0;
+    fence::preconditions pre;
+};
+
+struct write_result {
+    errc error = errc::ok;     // ok, stale_token, lock_mismatch, precondition_failed,
+                               // unavailable, outcome_unknown, internal
+    bool created = false;      // put: the key did not exist or was deleted (→ 201)
+    std::int64_t version = 0;  // put: the key's new version
+    token_t token = 0;         // ok: the fence after the step
+    token_t current_token = 0; // stale_token: the fence that rejected the write
+    std::string lock;          // lock_mismatch: the lock the key belongs to
+    std::string message;       // human-readable detail for errors
+};
+
+struct object_result {
+    errc error = errc::ok; // ok, not_found, unavailable, internal
+    std::string body;      // empty when the caller asked for metadata only (HEAD)
+    std::uint64_t size = 0;
+    std::string content_type;
+    std::int64_t version = 0;
+    token_t token = 0; // token of the write that made this version
+    std::string lock;
+    std::string message;
+};
+
+struct fence_info {
+    std::string lock;
+    token_t token = 0;
+    std::int64_t updated_at_ms = 0; // Unix time in ms of the last time the fence moved
+};
+
+struct fence_result {
+    errc error = errc::ok; // ok, not_found, unavailable
+    fence_info fence;
+    std::string message;
+};
+
+struct list_request {
+    std::string prefix;
+    std::optional<std::string> after; // exclusive; listing is bytewise sorted by lock
+    std::size_t limit = 100;          // 1..1000, checked by the caller
+};
+
+struct list_result {
+    errc error = errc::ok;
+    std::vector<fence_info> fences;
+    std::optional<std::string> next; // pass as `after` for the next page; nullopt at the end
+    std::string message;
+};
+
+struct operation_request {
+    std::string name;
+    std::string lock;
+    token_t token = 0;
+    // Text-format parameters ($1..$n); nullopt is SQL NULL.
+    std::vector<std::optional<std::string>> params;
+};
+
+struct operation_result {
+    errc error = errc::ok; // ok, not_found (no such operation), invalid_request (param
+                           // count), stale_token, operation_failed, unavailable,
+                           // outcome_unknown
+    token_t token = 0;
+    token_t current_token = 0;
+    std::int64_t rows_affected = 0;
+    std::string rows_json; // a JSON array of objects, column name → value
+    std::string sqlstate;
+    std::string message;
+};
+
+class store {
+public:
+    virtual ~store() = default;
+
+    virtual net::awaitable<write_result> put(put_request req) = 0;
+    virtual net::awaitable<write_result> remove(delete_request req) = 0;
+    virtual net::awaitable<object_result> get(std::string key, bool with_body) = 0;
+    // Advances the fence of `lock` to `token` without writing data (PUT /v1/fences/{lock}).
+    virtual net::awaitable<write_result> advance_fence(std::string lock, token_t token) = 0;
+    virtual net::awaitable<fence_result> read_fence(std::string lock) = 0;
+    virtual net::awaitable<list_result> list_fences(list_request req) = 0;
+
+    // Named SQL operations: only the Postgres store has them (404 elsewhere).
+    virtual bool supports_operations() const noexcept { return false; }
+    virtual net::awaitable<operation_result> run_operation(operation_request req);
+
+    // /readyz: the store can take requests now.
+    virtual bool ready() const noexcept = 0;
+    // Called once, after the HTTP side has drained: finish or fail pending work, stop
+    // background threads and timers. Requests after stop() get unavailable.
+    virtual void stop() = 0;
+};
+
+} // namespace fk::store

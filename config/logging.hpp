@@ -1,0 +1,25 @@
+#pragma once
+// Structured logs: one JSON object per line on standard error, written with a single
+// write(2) so lines from different threads never interleave.
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <optional>
+#include <string_view>
+
+namespace fk::logging {
+
+enum class level { debug = 0, info = 1, warn = 2, error = 3 };
+
+std::optional<level> parse_level(std::string_view text) noexcept; // "debug", "info", ...
+std::string_view to_string(level l) noexcept;
+
+void set_level(level l) noexcept;
+level current_level() noexcept;
+inline bool enabled(level l) noexcept { return l >= current_level(); }
+
+// {"ts": RFC3339, "level": ..., "msg": msg, ...fields}. `fields` must be an object or null.
+void write(level l, std::string_view msg, const nlohmann::json& fields);
+void write(level l, std::string_view msg);
+
+} // namespace fk::logging

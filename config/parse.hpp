@@ -1,0 +1,42 @@
+#pragma once
+// Command line and JSON config (CONTRACT §7). A flag overrides the file. Every unknown
+// flag or key and every bad value is an error whose message names it; the caller prints
+// it and exits with status 2.
+
+#include "config/settings.hpp"
+
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace fk::config {
+
+struct parse_error {
+    std::string message; // names the flag or key and says what is wrong
+};
+
+// What the command line asked for besides settings.
+struct command_line {
+    settings values;
+    bool show_help = false;
+    bool show_version = false;
+    std::optional<std::string> config_file;
+};
+
+// Applies a JSON config document on top of `into`. Keys: listen ("HOST:PORT"), store,
+// threads, log_level, limits{...}, postgres{...}, operations{NAME: {sql}},
+// shutdown_timeout_ms. Unknown keys are errors.
+std::optional<parse_error> apply_json(std::string_view json_text, settings& into);
+
+// Parses argv[1..]: --config FILE (loaded first), --listen HOST:PORT, --store URL,
+// --threads N, --log-level LEVEL, --help, --version; both "--flag value" and
+// "--flag=value". Reads the config file from disk.
+std::variant<command_line, parse_error> parse_command_line(const std::vector<std::string>& args);
+
+// "HOST:PORT" and "[v6]:PORT"; port 0 allowed.
+std::optional<std::pair<std::string, std::uint16_t>> parse_listen(std::string_view text);
+
+std::string usage_text();
+
+} // namespace fk::config

@@ -1,0 +1,66 @@
+#pragma once
+// Plain settings structs with their defaults (CONTRACT §5, §7). Parsing and validation
+// live in config/parse.hpp; nothing here does I/O.
+
+#include "config/logging.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace fk::config {
+
+using millis = std::chrono::milliseconds;
+
+struct http_limits {
+    std::size_t max_header_bytes = 16 * 1024;   // request line + headers → 431 above
+    std::size_t max_body_bytes = 8 * 1024 * 1024; // → 413 above
+    millis header_timeout{10'000};              // to receive a whole request head
+    millis idle_timeout{60'000};                // keep-alive wait for the next request
+    millis body_timeout{60'000};                // to receive a request body
+    millis write_timeout{30'000};               // to send a response
+    std::size_t max_connections = 10'000;       // excess connections are refused
+};
+
+struct postgres_settings {
+    std::string schema = "fencekeeper";
+    int pool_size = 0;                  // 0 → 2 × threads
+    std::size_t queue_limit = 1024;     // waiting requests beyond the pool, then 503
+    millis connect_timeout{5'000};
+    millis statement_timeout{5'000};    // server side and our own timer
+    std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
+};
+
+struct operation {
+    std::string sql; // $1..$n placeholders
+};
+
+struct settings {
+    std::string listen_host = "127.0.0.1";
+    std::uint16_t listen_port = 8080;
+    std::string store = "file:./data"; // file:PATH or postgresql://... / postgres://...
+    int threads = 0;                   // 0 → number of cores
+    logging::level log_level = logging::level::info;
+    http_limits http;
+    postgres_settings postgres;
+    std::map<std::string, operation> operations;
+    millis shutdown_timeout{10'000}; // drain deadline on SIGTERM / SIGINT
+};
+
+// threads resolved against the machine (0 → cores, at least 1).
+int effective_threads(const settings& s) noexcept;
+// pool size resolved (0 → 2 × threads).
+int effective_pool_size(const settings& s) noexcept;
+
+enum class store_kind { file, postgres };
+struct store_location {
+    store_kind kind = store_kind::file;
+    std::string path_or_uri; // PATH for file:, the whole URI for postgres
+};
+// Parses the store URL; nullopt when it is neither file:PATH nor postgres(ql)://.
+std::optional<store_location> parse_store_url(const std::string& url);
+
+} // namespace fk::config
