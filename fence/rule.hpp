@@ -24,13 +24,14 @@ inline token_t advanced(std::optional<token_t> fence, token_t token) noexcept {
 
 // What a store knows about a key before the write.
 struct key_state {
-    bool exists = false;        // present and not deleted
-    std::string_view lock;      // the lock it was created under (when exists)
-    std::int64_t version = 0;   // last version, also kept across deletes (0 = never written)
+    bool exists = false;      // present and not deleted
+    std::string_view lock;    // the lock it was created under (when exists)
+    std::int64_t version = 0; // last version, also kept across deletes (0 = never written)
 };
 
 struct preconditions {
     std::optional<std::int64_t> if_match; // If-Match: "version"
+    bool if_match_any = false;            // If-Match: * (the key must exist)
     bool if_none_match_any = false;       // If-None-Match: *
 };
 
