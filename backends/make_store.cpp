@@ -6,7 +6,7 @@
 namespace fk::store {
 
 std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
-                                                             const config::settings& s) {
+                                                            const config::settings& s) {
     auto location = config::parse_store_url(s.store);
     if (!location)
         return open_error{"store: '" + s.store +

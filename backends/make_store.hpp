@@ -20,6 +20,6 @@ struct open_error {
 // File store: opens (and recovers) the directory now, taking its exclusive lock.
 // Postgres store: returns at once and connects in the background (503 until ready).
 std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
-                                                             const config::settings& s);
+                                                            const config::settings& s);
 
 } // namespace fk::store

@@ -16,21 +16,21 @@ namespace fk::config {
 using millis = std::chrono::milliseconds;
 
 struct http_limits {
-    std::size_t max_header_bytes = 16 * 1024;   // request line + headers → 431 above
+    std::size_t max_header_bytes = 16 * 1024;     // request line + headers → 431 above
     std::size_t max_body_bytes = 8 * 1024 * 1024; // → 413 above
-    millis header_timeout{10'000};              // to receive a whole request head
-    millis idle_timeout{60'000};                // keep-alive wait for the next request
-    millis body_timeout{60'000};                // to receive a request body
-    millis write_timeout{30'000};               // to send a response
-    std::size_t max_connections = 10'000;       // excess connections are refused
+    millis header_timeout{10'000};                // to receive a whole request head
+    millis idle_timeout{60'000};                  // keep-alive wait for the next request
+    millis body_timeout{60'000};                  // to receive a request body
+    millis write_timeout{30'000};                 // to send a response
+    std::size_t max_connections = 10'000;         // excess connections are refused
 };
 
 struct postgres_settings {
     std::string schema = "fencekeeper";
-    int pool_size = 0;                  // 0 → 2 × threads
-    std::size_t queue_limit = 1024;     // waiting requests beyond the pool, then 503
+    int pool_size = 0;              // 0 → 2 × threads
+    std::size_t queue_limit = 1024; // waiting requests beyond the pool, then 503
     millis connect_timeout{5'000};
-    millis statement_timeout{5'000};    // server side and our own timer
+    millis statement_timeout{5'000};        // server side and our own timer
     std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
 };
 
