@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# pg-lock.sh NAME -- CMD [ARGS...]
+#
+# Holds a Postgres session-level advisory lock for NAME while CMD runs, with a fencing
+# token from the fencing_tokens counter (see pg-tokens.sql). CMD sees FENCING_TOKEN and
+# FENCING_LOCK. The psql session that holds the lock stays open until CMD exits.
+#
+# Environment: DATABASE_URL (or the usual PG* variables);
+#   LOCK_WAIT_MS (default 0: try once), LOCK_RETRY_MS (default 100).
+# Exit status: CMD's; 75 when the lock is held by another session; 69 on errors.
+#
+# An advisory lock lives as long as its session. A frozen holder keeps its TCP
+# connection and therefore its lock (nobody else gets in), but a holder whose session
+# was cut (network, idle_session_timeout, pg_terminate_backend, a failover) loses the
+# lock without noticing while it keeps working: its later writes carry an old token,
+# and fencekeeper rejects them.
+set -u
+usage() { echo "usage: $0 NAME -- CMD [ARGS...]" >&2; exit 2; }
+[ $# -ge 3 ] || usage
+name=$1
+[ "$2" = "--" ] || usage
+shift 2
+wait_ms=${LOCK_WAIT_MS:-0}
+retry_ms=${LOCK_RETRY_MS:-100}
+args=(-X -q -A -t -v ON_ERROR_STOP=1 -v "lock=$name")
+[ -n "${DATABASE_URL:-}" ] && args+=(-d "$DATABASE_URL")
+
+export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
+coproc PSQL { exec psql "${args[@]}" 2>&1; }
+in=${PSQL[1]} out=${PSQL[0]}
+ask() {  # ask SQL -> one line of output (psql flushes after each result)
+  printf '%s\n' "$1" >&"$in"
+  local line
+  IFS= read -r -t 30 line <&"$out" || { echo "$0: no answer from psql" >&2; return 1; }
+  printf '%s\n' "$line"
+}
+finish() { printf '\\q\n' >&"$in" 2>/dev/null; wait "$PSQL_PID" 2>/dev/null; }
+
+deadline=$(( $(date +%s%3N) + wait_ms ))
+while :; do
+  got=$(ask "SELECT pg_try_advisory_lock(hashtextextended(:'lock', 0));") || { finish; exit 69; }
+  case $got in
+    t) break ;;
+    f) ;;
+    *) echo "$0: unexpected answer from psql: $got" >&2; finish; exit 69 ;;
+  esac
+  if [ "$(date +%s%3N)" -ge "$deadline" ]; then
+    echo "$0: lock $name is held by another session" >&2; finish; exit 75
+  fi
+  sleep "$(printf '%d.%03d' $((retry_ms / 1000)) $((retry_ms % 1000)))"
+done
+
+# One line, one answer: CREATE TABLE prints nothing under -q (notices are off).
+token=$(ask "CREATE TABLE IF NOT EXISTS fencing_tokens (lock text PRIMARY KEY, token bigint NOT NULL); INSERT INTO fencing_tokens AS f (lock, token) VALUES (:'lock', 1) ON CONFLICT (lock) DO UPDATE SET token = f.token + 1 RETURNING token;") || { finish; exit 69; }
+case $token in ''|*[!0-9]*) echo "$0: unexpected token from psql: $token" >&2; finish; exit 69 ;; esac
+
+FENCING_TOKEN=$token FENCING_LOCK=$name "$@"
+rc=$?
+ask "SELECT pg_advisory_unlock(hashtextextended(:'lock', 0));" >/dev/null || true
+finish
+exit $rc
