@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds fencekeeper and its tests, starts private Postgres,
+# Redis and etcd servers on free loopback ports, and runs every unit and integration
+# test with ctest. Services and temp dirs are removed on exit, whatever happens.
+#
+#   bash scripts/test.sh                 build/ (RelWithDebInfo), the whole suite
+#   bash scripts/test.sh --sanitize      build-asan/ with ASan + UBSan, the whole suite
+#   bash scripts/test.sh [--sanitize] -- CTEST_ARGS...   e.g. -- -R contract
+#
+# Exits non-zero when anything fails. Depends on nothing already running.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+sanitize=0
+ctest_args=()
+while (($#)); do
+    case "$1" in
+        --sanitize) sanitize=1 ;;
+        --) shift; ctest_args=("$@"); break ;;
+        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+t_start=$SECONDS
+log() { printf '== [%4ds] %s\n' $((SECONDS - t_start)) "$*"; }
+
+log "checking packages"
+bash scripts/install-deps.sh test
+
+# --- build -------------------------------------------------------------------------
+jobs="$(nproc)"
+if ((sanitize)); then
+    build_dir=build-asan
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=address,undefined)
+else
+    build_dir=build
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+fi
+log "configuring $build_dir"
+cmake -S . -B "$build_dir" "${cmake_args[@]}" >/dev/null
+log "building $build_dir with -j$jobs"
+cmake --build "$build_dir" -j"$jobs"
+
+# --- services ----------------------------------------------------------------------
+tmp="$(mktemp -d /tmp/fk-test.XXXXXX)"
+chmod 755 "$tmp"   # the postgres user must reach its data dir below it
+pids=()
+pg_data=""
+pg_ctl=""
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n "$pg_data" && -f "$pg_data/postmaster.pid" ]]; then
+        runuser -u postgres -- "$pg_ctl" -D "$pg_data" -m immediate -w stop >/dev/null 2>&1
+    fi
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null
+    done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    rm -rf "$tmp"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Distinct free loopback ports (bound then released; nothing else here races for them).
+read -r pg_port redis_port etcd_port etcd_peer_port < <(python3 - <<'EOF'
+import socket
+socks = []
+for _ in range(4):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+)
+
+wait_for() {   # wait_for NAME SECONDS CMD...
+    local name=$1 secs=$2; shift 2
+    local deadline=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= deadline)); then
+            echo "test.sh: $name did not become ready within ${secs}s" >&2
+            for f in "$tmp"/*.log "$tmp"/pg/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 30 "$f"; }; done >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# Postgres refuses to run as root: initdb and the server run as the postgres user.
+pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+[[ -x "$pg_bin/initdb" ]] || { echo "test.sh: no Postgres server binaries under /usr/lib/postgresql" >&2; exit 1; }
+pg_ctl="$pg_bin/pg_ctl"
+pg_dir="$tmp/pg"
+pg_data="$pg_dir/data"
+mkdir -p "$pg_dir/sock"
+if [[ $EUID -eq 0 ]]; then
+    chown -R postgres:postgres "$pg_dir"
+    as_pg=(runuser -u postgres --)
+else
+    as_pg=()
+fi
+log "starting Postgres on 127.0.0.1:$pg_port"
+"${as_pg[@]}" "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync \
+    >"$pg_dir/initdb.log" 2>&1 || { cat "$pg_dir/initdb.log" >&2; exit 1; }
+"${as_pg[@]}" "$pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir/sock -c max_connections=300" start >/dev/null \
+    || { cat "$pg_dir/server.log" >&2; exit 1; }
+wait_for Postgres 60 "$pg_bin/pg_isready" -h 127.0.0.1 -p "$pg_port" -U postgres
+psql -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE fencekeeper_test" >/dev/null
+
+log "starting Redis on 127.0.0.1:$redis_port"
+mkdir -p "$tmp/redis"
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    --dir "$tmp/redis" >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+wait_for Redis 30 redis-cli -h 127.0.0.1 -p "$redis_port" ping
+
+log "starting etcd on 127.0.0.1:$etcd_port"
+etcd --name default --data-dir "$tmp/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster "default=http://127.0.0.1:$etcd_peer_port" >"$tmp/etcd.log" 2>&1 &
+pids+=($!)
+wait_for etcd 60 env ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$etcd_port" endpoint health
+
+export FK_TEST_PG_URL="postgresql://postgres@127.0.0.1:$pg_port/fencekeeper_test"
+export FK_TEST_REDIS_PORT="$redis_port"
+export FK_TEST_ETCD_ENDPOINTS="http://127.0.0.1:$etcd_port"
+export FK_REQUIRE_SERVICES=1
+export PGHOST=127.0.0.1 PGPORT="$pg_port" PGUSER=postgres PGDATABASE=fencekeeper_test
+# Tests that stop/restart Postgres themselves (fault tests) need these.
+export FK_TEST_PG_DATA="$pg_data" FK_TEST_PG_BIN="$pg_bin" FK_TEST_PG_RUN_AS=postgres
+
+if ((sanitize)); then
+    mkdir -p "$tmp/sanitizer"
+    export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:log_path=$tmp/sanitizer/asan"
+    export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$tmp/sanitizer/ubsan"
+fi
+
+# --- tests -------------------------------------------------------------------------
+log "running ctest in $build_dir"
+rc=0
+ctest --test-dir "$build_dir" --output-on-failure "${ctest_args[@]}" || rc=$?
+
+if ((sanitize)) && compgen -G "$tmp/sanitizer/*" >/dev/null; then
+    echo "test.sh: sanitizer reports:" >&2
+    for f in "$tmp"/sanitizer/*; do echo "--- $f" >&2; cat "$f" >&2; done
+    rc=1
+fi
+
+if ((rc == 0)); then
+    log "all tests passed"
+else
+    log "TESTS FAILED (ctest exit $rc)"
+fi
+exit $rc
