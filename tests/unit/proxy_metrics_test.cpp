@@ -1,0 +1,314 @@
+#include "proxy/metrics.hpp"
+
+#include "proxy/router.hpp"
+#include "tests/support/prom_text.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using fk::errc;
+using fk::proxy::metrics;
+using fk::proxy::route;
+using fk::proxy::store_error;
+using fk::proxy::store_op;
+using fk::proxy::write_result;
+namespace prom = fk::test::prom;
+
+namespace {
+
+prom::exposition scrape(const metrics& m) {
+    const std::string text = m.render();
+    INFO(text);
+    prom::exposition e;
+    REQUIRE_NOTHROW(e = prom::parse(text));
+    return e;
+}
+
+constexpr const char* req_dur = "fencekeeper_request_duration_seconds";
+constexpr const char* store_dur = "fencekeeper_store_duration_seconds";
+
+} // namespace
+
+TEST_CASE("a fresh registry exports every family with zeroes and parses") {
+    metrics m("1.2.3");
+    const auto e = scrape(m);
+
+    CHECK(e.families.at("fencekeeper_requests_total").type == "counter");
+    CHECK(e.families.at("fencekeeper_writes_total").type == "counter");
+    CHECK(e.families.at("fencekeeper_stale_token_gap").type == "histogram");
+    CHECK(e.families.at(req_dur).type == "histogram");
+    CHECK(e.families.at(store_dur).type == "histogram");
+    CHECK(e.families.at("fencekeeper_inflight_requests").type == "gauge");
+    CHECK(e.families.at("fencekeeper_open_connections").type == "gauge");
+    CHECK(e.families.at("fencekeeper_store_errors_total").type == "counter");
+    CHECK(e.families.at("fencekeeper_connections_rejected_total").type == "counter");
+    CHECK(e.families.at("fencekeeper_shed_requests_total").type == "counter");
+    CHECK(e.families.at("fencekeeper_lock_mismatch_total").type == "counter");
+    CHECK(e.families.at("fencekeeper_build_info").type == "gauge");
+
+    // requests_total: only observed pairs, so none yet.
+    CHECK(e.count("fencekeeper_requests_total") == 0);
+    // Every write result and store error kind is there from the start.
+    for (const char* r : {"applied", "stale", "precondition_failed", "error"}) {
+        CHECK(e.value("fencekeeper_writes_total", {{"result", r}}) == 0);
+    }
+    for (const char* k : {"unavailable", "outcome_unknown", "internal"}) {
+        CHECK(e.value("fencekeeper_store_errors_total", {{"kind", k}}) == 0);
+    }
+    for (const char* r : {"resource", "fence", "fences_list", "operation", "healthz", "readyz",
+                          "metrics", "not_found"}) {
+        CHECK(e.value(std::string(req_dur) + "_count", {{"route", r}}) == 0);
+        CHECK(e.count(std::string(req_dur) + "_bucket") == 8 * 15);
+    }
+    for (const char* op :
+         {"put", "delete", "get", "fence_advance", "fence_read", "fence_list", "operation"}) {
+        CHECK(e.value(std::string(store_dur) + "_count", {{"op", op}}) == 0);
+    }
+    CHECK(e.count("fencekeeper_stale_token_gap_bucket") == 9);
+    CHECK(e.value("fencekeeper_inflight_requests") == 0);
+    CHECK(e.value("fencekeeper_open_connections") == 0);
+    CHECK(e.value("fencekeeper_build_info", {{"version", "1.2.3"}}) == 1);
+    // No probe, no gauge: absent is not the same as "not ready".
+    CHECK_FALSE(e.families.contains("fencekeeper_store_ready"));
+}
+
+TEST_CASE("requests: counted by route and code, durations in cumulative buckets") {
+    metrics m;
+    m.count_request(route::resource, 201, 300us);
+    m.count_request(route::resource, 201, 500us); // bounds are inclusive (le)
+    m.count_request(route::resource, 409, 3ms);
+    m.count_request(route::resource, 418, 1ms); // not a known code: its class
+    m.count_request(route::healthz, 200, 100us);
+    m.count_request(route::fence, 200, 20s);      // beyond the last bound: +Inf only
+    m.count_request(route::not_found, 999, -5ms); // nonsense status and duration
+    const auto e = scrape(m);
+
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "resource"}, {"code", "201"}}) == 2);
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "resource"}, {"code", "409"}}) == 1);
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "resource"}, {"code", "4xx"}}) == 1);
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "healthz"}, {"code", "200"}}) == 1);
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "fence"}, {"code", "200"}}) == 1);
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "not_found"}, {"code", "5xx"}}) == 1);
+    CHECK(e.count("fencekeeper_requests_total") == 6);
+
+    const std::string b = std::string(req_dur) + "_bucket";
+    auto bucket = [&](const char* r, const char* le) {
+        return e.value(b, {{"route", r}, {"le", le}});
+    };
+    CHECK(bucket("resource", "0.0005") == 2);
+    CHECK(bucket("resource", "0.001") == 3);
+    CHECK(bucket("resource", "0.0025") == 3);
+    CHECK(bucket("resource", "0.005") == 4);
+    CHECK(bucket("resource", "10") == 4);
+    CHECK(bucket("resource", "+Inf") == 4);
+    CHECK(e.value(std::string(req_dur) + "_count", {{"route", "resource"}}) == 4);
+    CHECK(e.value(std::string(req_dur) + "_sum", {{"route", "resource"}}) ==
+          doctest::Approx(0.0048));
+    CHECK(bucket("fence", "10") == 0);
+    CHECK(bucket("fence", "+Inf") == 1);
+    CHECK(e.value(std::string(req_dur) + "_sum", {{"route", "fence"}}) == doctest::Approx(20.0));
+    CHECK(bucket("not_found", "0.0005") == 1); // a negative duration counts as zero
+    CHECK(bucket("healthz", "0.0005") == 1);
+}
+
+TEST_CASE("writes: a scripted sequence of results, stale gaps and lock mismatches") {
+    metrics m;
+    m.count_write(errc::ok);
+    m.count_write(errc::ok);
+    m.count_write(write_result::applied);
+    m.count_write(errc::stale_token);
+    m.observe_stale_gap(10, 9);
+    m.count_write(errc::stale_token);
+    m.observe_stale_gap(1000, 1);
+    m.count_write(errc::precondition_failed);
+    m.count_write(errc::lock_mismatch);
+    m.count_write(errc::unavailable);
+    m.count_write(errc::outcome_unknown);
+    const auto e = scrape(m);
+
+    CHECK(e.value("fencekeeper_writes_total", {{"result", "applied"}}) == 3);
+    CHECK(e.value("fencekeeper_writes_total", {{"result", "stale"}}) == 2);
+    CHECK(e.value("fencekeeper_writes_total", {{"result", "precondition_failed"}}) == 1);
+    CHECK(e.value("fencekeeper_writes_total", {{"result", "error"}}) == 3);
+    CHECK(e.value("fencekeeper_lock_mismatch_total") == 1);
+
+    const char* g = "fencekeeper_stale_token_gap_bucket";
+    CHECK(e.value(g, {{"le", "1"}}) == 1);
+    CHECK(e.value(g, {{"le", "2"}}) == 1);
+    CHECK(e.value(g, {{"le", "100"}}) == 1);
+    CHECK(e.value(g, {{"le", "1000"}}) == 2);
+    CHECK(e.value(g, {{"le", "1000000"}}) == 2);
+    CHECK(e.value(g, {{"le", "+Inf"}}) == 2);
+    CHECK(e.value("fencekeeper_stale_token_gap_count") == 2);
+    CHECK(e.value("fencekeeper_stale_token_gap_sum") == 1000);
+}
+
+TEST_CASE("stale gap: extremes land in the right buckets without overflow") {
+    metrics m;
+    m.observe_stale_gap(INT64_MAX, 0);
+    m.observe_stale_gap(5, 7); // not stale: recorded as 0, never as a huge number
+    m.observe_stale_gap(1'000'001, 1);
+    const auto e = scrape(m);
+    const char* g = "fencekeeper_stale_token_gap_bucket";
+    CHECK(e.value(g, {{"le", "1"}}) == 1);
+    CHECK(e.value(g, {{"le", "1000000"}}) == 2);
+    CHECK(e.value(g, {{"le", "+Inf"}}) == 3);
+    CHECK(e.value("fencekeeper_stale_token_gap_sum") ==
+          doctest::Approx(static_cast<double>(INT64_MAX) + 1e6));
+}
+
+TEST_CASE("store: durations by op, errors by kind; client errors are not store errors") {
+    metrics m;
+    m.observe_store(store_op::put, 2ms, errc::ok);
+    m.observe_store(store_op::put, 20s, errc::outcome_unknown);
+    m.observe_store(store_op::get, 1ms, errc::not_found);
+    m.observe_store(store_op::del, 1ms, errc::stale_token);
+    m.observe_store(store_op::fence_read, 7ms, errc::unavailable);
+    m.observe_store(store_op::operation, 3ms, errc::internal);
+    m.observe_store(store_op::fence_list, 3ms);
+    m.count_store_error(store_error::unavailable);
+    const auto e = scrape(m);
+
+    const std::string b = std::string(store_dur) + "_bucket";
+    CHECK(e.value(b, {{"op", "put"}, {"le", "0.0025"}}) == 1);
+    CHECK(e.value(b, {{"op", "put"}, {"le", "10"}}) == 1);
+    CHECK(e.value(b, {{"op", "put"}, {"le", "+Inf"}}) == 2);
+    CHECK(e.value(std::string(store_dur) + "_sum", {{"op", "put"}}) == doctest::Approx(20.002));
+    CHECK(e.value(std::string(store_dur) + "_count", {{"op", "delete"}}) == 1);
+    CHECK(e.value(std::string(store_dur) + "_count", {{"op", "get"}}) == 1);
+    CHECK(e.value(std::string(store_dur) + "_count", {{"op", "fence_read"}}) == 1);
+    CHECK(e.value(std::string(store_dur) + "_count", {{"op", "fence_list"}}) == 1);
+    CHECK(e.value(std::string(store_dur) + "_count", {{"op", "fence_advance"}}) == 0);
+    CHECK(e.value("fencekeeper_store_errors_total", {{"kind", "unavailable"}}) == 2);
+    CHECK(e.value("fencekeeper_store_errors_total", {{"kind", "outcome_unknown"}}) == 1);
+    CHECK(e.value("fencekeeper_store_errors_total", {{"kind", "internal"}}) == 1);
+}
+
+TEST_CASE("gauges, guards, rejections, sheds and the readiness probe") {
+    metrics m("v");
+    bool ready = false;
+    m.set_store_ready_probe([&] { return ready; });
+    {
+        auto c1 = m.track_connection();
+        auto c2 = m.track_connection();
+        auto r1 = m.track_request();
+        metrics::gauge_guard moved = std::move(r1); // the moved-from guard releases nothing
+        m.count_connection_rejected();
+        m.count_shed();
+        m.count_shed();
+        const auto e = scrape(m);
+        CHECK(e.value("fencekeeper_open_connections") == 2);
+        CHECK(e.value("fencekeeper_inflight_requests") == 1);
+        CHECK(e.value("fencekeeper_connections_rejected_total") == 1);
+        CHECK(e.value("fencekeeper_shed_requests_total") == 2);
+        CHECK(e.value("fencekeeper_store_ready") == 0);
+        c2.reset();
+        c2.reset(); // idempotent
+        CHECK(scrape(m).value("fencekeeper_open_connections") == 1);
+    }
+    ready = true;
+    const auto e = scrape(m);
+    CHECK(e.value("fencekeeper_open_connections") == 0);
+    CHECK(e.value("fencekeeper_inflight_requests") == 0);
+    CHECK(e.value("fencekeeper_store_ready") == 1);
+}
+
+TEST_CASE("label values are escaped and round-trip") {
+    const std::string version = "a\"b\\c\nd";
+    metrics m(version);
+    const std::string text = m.render();
+    CHECK(text.find("fencekeeper_build_info{version=\"a\\\"b\\\\c\\nd\"} 1\n") !=
+          std::string::npos);
+    CHECK(scrape(m).value("fencekeeper_build_info", {{"version", version}}) == 1);
+}
+
+TEST_CASE("concurrent observations from many threads sum exactly") {
+    metrics m;
+    constexpr int threads = 8;
+    constexpr int per_thread = 50'000;
+    std::vector<std::thread> pool;
+    std::vector<metrics::gauge_guard> guards(threads);
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+            for (int i = 0; i < per_thread; ++i) {
+                m.count_request(route::resource, 200, 1ms);
+                m.count_write(errc::stale_token);
+                m.observe_stale_gap(3, 1);
+                m.observe_store(store_op::put, 1ms, errc::unavailable);
+                auto g = m.track_request();
+            }
+            // Opened here, closed on the main thread: gauges span shards.
+            guards[t] = m.track_connection();
+        });
+    }
+    for (auto& th : pool) {
+        th.join();
+    }
+    const double n = double(threads) * per_thread;
+    auto e = scrape(m);
+    CHECK(e.value("fencekeeper_requests_total", {{"route", "resource"}, {"code", "200"}}) == n);
+    CHECK(e.value(std::string(req_dur) + "_count", {{"route", "resource"}}) == n);
+    CHECK(e.value(std::string(req_dur) + "_sum", {{"route", "resource"}}) ==
+          doctest::Approx(n * 0.001));
+    CHECK(e.value("fencekeeper_writes_total", {{"result", "stale"}}) == n);
+    CHECK(e.value("fencekeeper_stale_token_gap_count") == n);
+    CHECK(e.value("fencekeeper_stale_token_gap_sum") == 2 * n);
+    CHECK(e.value("fencekeeper_store_errors_total", {{"kind", "unavailable"}}) == n);
+    CHECK(e.value("fencekeeper_inflight_requests") == 0);
+    CHECK(e.value("fencekeeper_open_connections") == threads);
+    guards.clear();
+    CHECK(scrape(m).value("fencekeeper_open_connections") == 0);
+}
+
+TEST_CASE("render can run concurrently with observations") {
+    metrics m;
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+        while (!stop.load()) {
+            m.count_request(route::fence, 200, 2ms);
+            m.observe_store(store_op::fence_advance, 1ms);
+        }
+    });
+    for (int i = 0; i < 50; ++i) {
+        const std::string text = m.render();
+        CHECK_NOTHROW(prom::parse(text));
+    }
+    stop = true;
+    writer.join();
+}
+
+TEST_CASE("the test parser rejects what Prometheus or our own rules would reject") {
+    const char* ok = "# HELP x_total X.\n# TYPE x_total counter\nx_total{a=\"1\"} 3\n";
+    CHECK_NOTHROW(prom::parse(ok));
+    for (const char* bad : {
+             "x_total 1\n",                                            // no HELP/TYPE
+             "# HELP x X.\n# TYPE x counter\nx 1",                     // no final newline
+             "# HELP x X.\n# TYPE x counter\n1x 1\n",                  // bad name
+             "# HELP x X.\n# TYPE x counter\nx{1a=\"v\"} 1\n",         // bad label name
+             "# HELP x X.\n# TYPE x counter\nx{a=\"v} 1\n",            // unterminated
+             "# HELP x X.\n# TYPE x counter\nx{a=\"\\t\"} 1\n",        // bad escape
+             "# HELP x X.\n# TYPE x counter\nx{a=\"v\",a=\"w\"} 1\n",  // duplicate label
+             "# HELP x X.\n# TYPE x counter\nx 1.2.3\n",               // bad value
+             "# HELP x X.\n# TYPE x counter\nx -1\n",                  // negative counter
+             "# HELP x X.\n# TYPE x counter\nx 1\nx 2\n",              // duplicate series
+             "# HELP x X.\n# TYPE x bogus\nx 1\n",                     // unknown type
+             "# HELP x X.\n# TYPE x counter\n# TYPE x counter\nx 1\n", // second TYPE
+             "# HELP x X.\n# TYPE x gauge\nx{a=\"1\"} 1\n# HELP y Y.\n# TYPE y gauge\ny 1\n"
+             "x{a=\"2\"} 1\n", // split family
+             "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
+             "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n", // not cumulative
+             "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
+             "h_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n", // +Inf != count
+             "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",
+             "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"2\"} 1\n"
+             "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+             "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n", // no sum
+         }) {
+        INFO(bad);
+        CHECK_THROWS(prom::parse(bad));
+    }
+}
