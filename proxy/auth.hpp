@@ -1,0 +1,84 @@
+#pragma once
+// Optional bearer-token auth (issue 5). When a token is configured, every request except
+// /healthz and /readyz must carry `Authorization: Bearer <token>`, else 401
+// unauthorized. The token comes from a file (--auth-token-file) or, failing that, from
+// the environment variable FENCEKEEPER_AUTH_TOKEN; SIGHUP re-reads it and swaps it in
+// without disturbing requests in flight.
+//
+// Cheap to include: no Boost.
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fk::proxy {
+
+inline constexpr std::string_view auth_token_env = "FENCEKEEPER_AUTH_TOKEN";
+
+// A token, or why none could be had. Neither set (`token` empty and `error` empty) means
+// "auth is off".
+struct token_source_result {
+    std::optional<std::string> token;
+    std::string error; // non-empty: the configured source is unusable; do not start / keep
+                       // the previous token
+    bool ok() const noexcept { return error.empty(); }
+};
+
+// The first line of `path`, without surrounding whitespace (so a trailing newline or CRLF
+// from an editor is harmless). An unreadable file, an empty first line or a token with
+// characters outside visible ASCII (0x21–0x7E) is an error naming the file.
+token_source_result load_token(const std::string& path);
+
+// The token from the value of FENCEKEEPER_AUTH_TOKEN (nullptr: unset → auth off). Set but
+// blank is an error rather than "auth off", so a templating mistake fails closed.
+token_source_result token_from_env(const char* value);
+
+// What the process uses, at start and on SIGHUP: the file when `file` is given (an error
+// there is an error; the environment is not consulted), else the environment (read with
+// std::getenv).
+token_source_result resolve_token(const std::optional<std::string>& file);
+
+// Compares a and b in time that depends only on b's length (b is the secret): no early
+// exit on the first difference, and a length mismatch still walks all of b.
+bool constant_time_equal(std::string_view a, std::string_view b) noexcept;
+
+// Whether a request-target needs auth: everything but exactly /healthz and /readyz
+// (query ignored; origin-form or absolute-form). Fails closed: unknown paths, "/",
+// "/healthz/" and friends need auth too, so a 404 tells nothing to a stranger.
+bool needs_auth(std::string_view target) noexcept;
+
+// True for addresses that only this machine can reach: 127.0.0.0/8, ::1, localhost
+// (with or without brackets). Listening elsewhere without auth deserves a loud warning.
+bool is_loopback_host(std::string_view host) noexcept;
+
+// The current token, swappable at any time from any thread (SIGHUP) while other threads
+// check requests against it.
+class authenticator {
+public:
+    authenticator() = default; // auth off
+    explicit authenticator(std::optional<std::string> token);
+
+    // nullopt turns auth off. Requests already being checked use the token they loaded.
+    void set_token(std::optional<std::string> token);
+
+    bool enabled() const noexcept;
+
+    // Whether a request with this Authorization field value (empty when absent) may pass.
+    // Always true when auth is off. Accepts "Bearer <token>" with the scheme in any case
+    // and one or more spaces after it. A request carrying Authorization twice should be
+    // passed here as empty (rejected) by the caller.
+    bool authorized(std::string_view authorization) const noexcept;
+
+private:
+    std::shared_ptr<const std::string> current() const;
+
+    // A mutex around a shared_ptr copy rather than std::atomic<std::shared_ptr>: the
+    // critical section is two pointer copies, and libstdc++ 12's atomic<shared_ptr> uses
+    // a spin lock that ThreadSanitizer reports as a race.
+    mutable std::mutex mutex_;
+    std::shared_ptr<const std::string> token_;
+};
+
+} // namespace fk::proxy
