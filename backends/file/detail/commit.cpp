@@ -1,0 +1,345 @@
+// The committer: the one thread that decides and commits writes (group commit).
+// The sequence per batch and what a crash at each step leaves behind are described in
+// docs/file-store.md, "Write sequence".
+
+#include "backends/file/detail/file_store_impl.hpp"
+#include "config/logging.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace fk::store::detail {
+
+namespace {
+
+std::atomic<bool> hold_commits{false};
+std::atomic<std::uint64_t> enqueued{0};
+
+constexpr std::uint64_t min_compaction_bytes = 64ull << 20;
+
+std::int64_t now_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+} // namespace
+
+void set_commit_hold_for_tests(bool hold) {
+    hold_commits = hold;
+}
+std::uint64_t enqueued_for_tests() {
+    return enqueued.load();
+}
+
+void file_store::fail(std::string_view what, int err) {
+    if (!failed_.exchange(true))
+        logging::write(logging::level::error, "file store failed: every request now gets 503",
+                       {{"root", root_}, {"error", errno_text(what, err)}});
+}
+
+void file_store::reply(pending& p) {
+    auto work = std::move(p.work);
+    net::post(work, [h = std::move(p.handler), r = std::move(p.result)]() mutable {
+        std::move(h)(std::move(r));
+    });
+}
+
+void file_store::enqueue(std::unique_ptr<pending> p) {
+    {
+        std::lock_guard lock(queue_mutex_);
+        if (!committer_gone_) {
+            queue_.push_back(std::move(p));
+            enqueued.fetch_add(1);
+        }
+    }
+    if (p) { // the committer has exited (stop())
+        if (p->op == pending::kind::put && p->dir)
+            ::unlinkat(p->dir->get(), p->tmp.c_str(), 0);
+        p->result.error = errc::unavailable;
+        p->result.message = "file store is stopped";
+        reply(*p);
+        return;
+    }
+    queue_cv_.notify_one();
+}
+
+void file_store::committer_main() {
+    for (;;) {
+        std::deque<std::unique_ptr<pending>> batch;
+        {
+            std::unique_lock lock(queue_mutex_);
+            for (;;) {
+                bool held = hold_commits.load() && !committer_exit_;
+                if (!held && !queue_.empty())
+                    break;
+                if (queue_.empty() && committer_exit_) {
+                    committer_gone_ = true;
+                    return;
+                }
+                queue_cv_.wait_for(lock, std::chrono::milliseconds(held ? 1 : 100));
+            }
+            batch.swap(queue_);
+        }
+        commit_batch(batch);
+        maybe_compact();
+    }
+}
+
+void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
+    auto reply_all = [&] {
+        for (auto& p : batch)
+            reply(*p);
+    };
+    auto unlink_tmps = [&] {
+        for (auto& p : batch)
+            if (p->op == pending::kind::put && p->dir && !p->tmp.empty())
+                ::unlinkat(p->dir->get(), p->tmp.c_str(), 0);
+    };
+    // Items (all, or only the accepted / rejected ones) get `e`: the batch failed.
+    enum class which { all, accepted, rejected };
+    auto fail_all = [&](errc e, const std::string& message, which w) {
+        for (auto& p : batch) {
+            if ((w == which::accepted && !p->accepted) || (w == which::rejected && p->accepted))
+                continue;
+            p->result = {};
+            p->result.error = e;
+            p->result.message = message;
+        }
+    };
+
+    if (failed_) {
+        unlink_tmps();
+        fail_all(errc::unavailable, "file store is in the failed state", which::all);
+        reply_all();
+        return;
+    }
+
+    // 1. Decide, in FIFO order, against committed state overlaid with earlier accepted
+    //    items of this batch. Only this thread writes fences_/keys_, so reading them
+    //    without the lock is safe here.
+    const std::int64_t ms = now_ms();
+    std::unordered_map<std::string, fence_entry> fence_overlay;
+    key_map key_overlay;
+    auto fence_of = [&](const std::string& lock) -> std::optional<fence_entry> {
+        if (auto f = fence_overlay.find(lock); f != fence_overlay.end())
+            return f->second;
+        if (auto f = fences_.find(lock); f != fences_.end())
+            return f->second;
+        return std::nullopt;
+    };
+    auto key_of = [&](const std::string& key) -> key_meta {
+        if (auto k = key_overlay.find(key); k != key_overlay.end())
+            return k->second;
+        if (auto k = keys_.find(key); k != keys_.end())
+            return k->second;
+        return {};
+    };
+    auto advance = [&](const std::string& lock, token_t token) {
+        auto f = fence_of(lock);
+        if (!f || token > f->token)
+            fence_overlay[lock] = {token, ms};
+        return fence::advanced(f ? std::optional(f->token) : std::nullopt, token);
+    };
+
+    std::string records;
+    std::size_t accepted = 0;
+    for (auto& up : batch) {
+        pending& p = *up;
+        auto f = fence_of(p.lock);
+        std::optional<token_t> fence = f ? std::optional(f->token) : std::nullopt;
+        write_result& r = p.result;
+        if (p.op == pending::kind::fence) {
+            if (!fence::accepts(fence, p.token)) {
+                r.error = errc::stale_token;
+                r.current_token = *fence;
+                r.message = "token " + std::to_string(p.token) + " is below the fence " +
+                            std::to_string(*fence) + " of lock '" + p.lock + "'";
+                continue;
+            }
+            r.token = advance(p.lock, p.token);
+            append_record(records, fence_record(p.lock, p.token, ms));
+            p.accepted = true;
+            ++accepted;
+            continue;
+        }
+        key_meta km = key_of(p.key);
+        fence::key_state ks{km.exists, km.exists ? std::string_view(km.lock) : "", km.version};
+        errc e = fence::check_write(ks, p.lock, fence, p.token, p.pre);
+        if (e != errc::ok) {
+            r.error = e;
+            if (e == errc::stale_token) {
+                r.current_token = fence.value_or(0);
+                r.message = "token " + std::to_string(p.token) + " is below the fence " +
+                            std::to_string(r.current_token) + " of lock '" + p.lock + "'";
+            } else if (e == errc::lock_mismatch) {
+                r.lock = km.lock;
+                r.message = "key '" + p.key + "' belongs to lock '" + km.lock + "'";
+            } else {
+                r.message = "precondition failed for key '" + p.key + "'";
+            }
+            continue;
+        }
+        if (p.op == pending::kind::put) {
+            key_meta next;
+            next.exists = true;
+            next.lock = p.lock;
+            next.token = p.token;
+            next.version = km.version + 1;
+            next.ms = ms;
+            next.size = p.size;
+            next.body_crc = p.body_crc;
+            next.content_type = p.content_type;
+            r.created = !km.exists;
+            r.version = next.version;
+            r.token = advance(p.lock, p.token);
+            record rec = put_record(p.key, p.lock, p.token, next.version, ms);
+            rec.size = p.size;
+            rec.body_crc = p.body_crc;
+            rec.tmp = p.tmp;
+            rec.content_type = p.content_type;
+            append_record(records, rec);
+            key_overlay[p.key] = std::move(next);
+        } else if (km.exists) {
+            if (!p.dir) {
+                if (int err = open_dir(p.path, false, p.dir); err != 0) {
+                    r = {};
+                    r.error = errc::unavailable;
+                    r.message = errno_text("opening the key's directory", err);
+                    continue;
+                }
+            }
+            p.existed = true;
+            r.version = km.version;
+            r.token = advance(p.lock, p.token);
+            append_record(records, del_record(p.key, p.lock, p.token, km.version, ms));
+            key_overlay[p.key] = tombstone(km.version, ms);
+        } else {
+            // Deleting a missing key still checks and advances the fence (CONTRACT §4).
+            r.version = km.version;
+            r.token = advance(p.lock, p.token);
+            append_record(records, fence_record(p.lock, p.token, ms));
+        }
+        p.accepted = true;
+        ++accepted;
+    }
+    for (auto& p : batch)
+        if (p->op == pending::kind::put && !p->accepted && p->dir)
+            ::unlinkat(p->dir->get(), p->tmp.c_str(), 0);
+    if (accepted == 0) {
+        reply_all(); // decided on committed state only
+        return;
+    }
+
+    // 2. The new tmp entries must be durable before the journal names them, so that
+    //    recovery can roll a committed write forward.
+    std::unordered_map<std::string, int> tmp_dirs, touched_dirs;
+    for (auto& p : batch) {
+        if (!p->accepted || !p->dir)
+            continue;
+        if (p->op == pending::kind::put)
+            tmp_dirs.emplace(p->path.dir_id(), p->dir->get());
+        if (p->op == pending::kind::put || p->existed)
+            touched_dirs.emplace(p->path.dir_id(), p->dir->get());
+    }
+    for (auto& [id, fd] : tmp_dirs) {
+        if (int err = sync_fd(fd, sync_kind::directory); err != 0) {
+            fail("fsync of a directory holding new temp files", err);
+            unlink_tmps();
+            // Rejections may have been decided on this batch's uncommitted fences: they
+            // must not be reported, so the whole batch is "unavailable" (nothing written).
+            fail_all(errc::unavailable, errno_text("fsync of a directory", err), which::all);
+            reply_all();
+            return;
+        }
+    }
+
+    // 3. The commit point: one write, one fdatasync.
+    FK_FAILPOINT("before_journal_write");
+    int err = write_all(journal_fd_.get(), records);
+    if (err == 0) {
+        FK_FAILPOINT("after_journal_write");
+        err = sync_fd(journal_fd_.get(), sync_kind::journal);
+        if (err != 0)
+            fail("fdatasync of the journal", err);
+    } else {
+        fail("append to the journal", err);
+    }
+    if (err != 0) {
+        // Rejections may rest on fences of this batch that never became durable.
+        fail_all(errc::outcome_unknown, errno_text("journal commit", err), which::accepted);
+        fail_all(errc::unavailable, errno_text("journal commit", err), which::rejected);
+        reply_all();
+        return;
+    }
+    journal_bytes_ += records.size();
+    FK_FAILPOINT("after_journal_sync");
+
+    // 4. Make the bodies match the journal, atomically with the in-memory state.
+    {
+        std::unique_lock lock(state_mutex_);
+        for (auto& p : batch) {
+            if (!p->accepted || !p->dir)
+                continue;
+            int rc = 0;
+            if (p->op == pending::kind::put)
+                rc = ::renameat(p->dir->get(), p->tmp.c_str(), p->dir->get(), p->path.file.c_str());
+            else if (p->existed)
+                rc = ::unlinkat(p->dir->get(), p->path.file.c_str(), 0);
+            if (rc != 0 && !(p->op == pending::kind::remove && errno == ENOENT)) {
+                err = errno;
+                break;
+            }
+        }
+        if (err == 0) {
+            for (auto& [lock_name, f] : fence_overlay)
+                fences_[lock_name] = f;
+            for (auto& [key, k] : key_overlay)
+                keys_[key] = std::move(k);
+        }
+    }
+    if (err != 0) {
+        fail("rename of a committed body", err);
+        fail_all(errc::outcome_unknown, errno_text("rename of a committed body", err),
+                 which::accepted);
+        reply_all();
+        return;
+    }
+    FK_FAILPOINT("after_rename");
+
+    // 5. Make the renames and unlinks durable.
+    for (auto& [id, fd] : touched_dirs) {
+        if (int e = sync_fd(fd, sync_kind::directory); e != 0) {
+            fail("fsync of a directory after rename", e);
+            fail_all(errc::outcome_unknown, errno_text("fsync of a directory", e), which::accepted);
+            reply_all();
+            return;
+        }
+    }
+    FK_FAILPOINT("before_reply");
+    if (logging::enabled(logging::level::debug))
+        for (auto& [lock_name, f] : fence_overlay)
+            logging::write(logging::level::debug, "fence advanced",
+                           {{"lock", lock_name}, {"token", f.token}});
+    reply_all();
+}
+
+void file_store::maybe_compact() {
+    if (failed_)
+        return;
+    if (journal_bytes_ < std::max({min_compaction_bytes, 4 * snapshot_bytes_, next_compaction_}))
+        return;
+    std::string error;
+    if (write_snapshot(error) != 0) {
+        logging::write(logging::level::warn, "file store journal compaction failed",
+                       {{"root", root_}, {"error", error}});
+        next_compaction_ = journal_bytes_ + min_compaction_bytes; // try again later
+    }
+}
+
+} // namespace fk::store::detail

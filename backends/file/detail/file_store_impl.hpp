@@ -1,0 +1,170 @@
+#pragma once
+// The file store's implementation class. Only file_store.cpp's factory and the unit tests
+// see it; everyone else uses store (backends/store.hpp).
+//
+// Threads: requests start on the caller's executor (the I/O threads); body writes, reads
+// and directory creation run on pool_; every decision and every journal write happens on
+// the single committer_ thread, which is what makes a lock's check-and-write atomic.
+// state_mutex_ guards fences_ and keys_: the committer is their only writer.
+
+#include "backends/file/detail/journal.hpp"
+#include "backends/file/detail/key_path.hpp"
+#include "backends/file/detail/sys.hpp"
+#include "backends/file/file_store.hpp"
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace fk::store::detail {
+
+struct fence_entry {
+    token_t token = 0;
+    std::int64_t updated_ms = 0;
+};
+
+struct key_meta {
+    bool exists = false; // false: a tombstone, kept for its version
+    std::string lock;
+    token_t token = 0;
+    std::int64_t version = 0;
+    std::int64_t ms = 0;
+    std::uint64_t size = 0;
+    std::uint32_t body_crc = 0;
+    std::string content_type;
+};
+
+inline key_meta tombstone(std::int64_t version, std::int64_t ms) {
+    key_meta m;
+    m.version = version;
+    m.ms = ms;
+    return m;
+}
+
+using fence_map = std::map<std::string, fence_entry>; // bytewise order for listing
+using key_map = std::unordered_map<std::string, key_meta>;
+
+// One write, delete or fence advance on its way through the committer.
+struct pending {
+    enum class kind { put, remove, fence } op = kind::put;
+    std::string key;
+    std::string lock;
+    token_t token = 0;
+    fence::preconditions pre;
+    // put: the staged body
+    std::string content_type;
+    std::uint64_t size = 0;
+    std::uint32_t body_crc = 0;
+    std::string tmp;
+    // put / remove: the body's directory (opened by the stage step or by the committer)
+    object_path path;
+    std::shared_ptr<unique_fd> dir;
+    // the decision and the waiter
+    bool accepted = false;
+    bool existed = false; // remove: a body was there to unlink
+    write_result result;
+    net::any_completion_handler<void(write_result)> handler;
+    net::any_io_executor work; // the waiter's executor, tracking outstanding work
+};
+
+class file_store final : public store {
+public:
+    static std::variant<std::unique_ptr<store>, open_error>
+    open(net::io_context& io, const std::string& root, const file_store_options& opts);
+
+    file_store(net::io_context& io, int io_threads);
+    ~file_store() override;
+
+    net::awaitable<write_result> put(put_request req) override;
+    net::awaitable<write_result> remove(delete_request req) override;
+    net::awaitable<object_result> get(std::string key, bool with_body) override;
+    net::awaitable<write_result> advance_fence(std::string lock, token_t token) override;
+    net::awaitable<fence_result> read_fence(std::string lock) override;
+    net::awaitable<list_result> list_fences(list_request req) override;
+    bool ready() const noexcept override;
+    void stop() override;
+
+private:
+    // --- startup (recovery.cpp) ---
+    std::optional<open_error> open_root(const std::string& root);
+    std::optional<open_error> recover();
+    // Does the body (or, with roll_forward, its temp file, then renamed into place) hold
+    // what `r` says? Returns 0 or the errno of a failure that must stop startup.
+    int verify_put(const record& r, bool roll_forward, bool& ok);
+    void remove_stray_tmp_files();
+    // Writes state as a compacted journal and makes it the journal. 0 or errno.
+    int write_snapshot(std::string& error);
+
+    // --- requests (file_store.cpp) ---
+    bool usable() const noexcept { return !failed_ && !stopped_; }
+    // Full decision against the committed state; ok means "send it to the committer".
+    errc precheck(const std::string& key, const std::string& lock, token_t token,
+                  const fence::preconditions& pre, write_result& r) const;
+    write_result stage_put(pending& p, const std::string& body);
+    object_result read_body(const std::string& key);
+    int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
+    net::awaitable<write_result> submit(std::unique_ptr<pending> p);
+    std::string unique_suffix();
+
+    // --- committer (commit.cpp) ---
+    void enqueue(std::unique_ptr<pending> p);
+    void committer_main();
+    void commit_batch(std::deque<std::unique_ptr<pending>>& batch);
+    void maybe_compact();
+    void reply(pending& p);
+    void fail(std::string_view what, int err);
+
+    net::io_context& io_;
+    std::string root_;
+    unique_fd root_fd_;
+    unique_fd lock_fd_;
+    std::shared_ptr<unique_fd> objects_fd_;
+    unique_fd journal_fd_;
+    std::uint64_t journal_bytes_ = 0;  // committer only
+    std::uint64_t snapshot_bytes_ = 0; // committer only
+    std::uint64_t next_compaction_ = 0;
+
+    mutable std::shared_mutex state_mutex_;
+    fence_map fences_;
+    key_map keys_;
+
+    // Directories whose entry is known durable (created and parent fsynced by us, or
+    // present at startup, which ends with syncfs). Keyed by object_path::dir_id().
+    std::mutex dirs_mutex_;
+    std::unordered_set<std::string> durable_dirs_;
+
+    std::uint64_t nonce_ = 0;
+    std::atomic<std::uint64_t> seq_{0};
+
+    std::atomic<bool> failed_{false};
+    std::atomic<bool> stopped_{false};
+
+    std::mutex queue_mutex_;
+    std::condition_variable queue_cv_;
+    std::deque<std::unique_ptr<pending>> queue_;
+    bool committer_exit_ = false; // guarded by queue_mutex_
+    bool committer_gone_ = false; // guarded by queue_mutex_
+
+    net::thread_pool pool_;
+    std::thread committer_;
+};
+
+// Test hooks: hold the committer (items queue up and form one batch when released),
+// and count items ever handed to any committer.
+void set_commit_hold_for_tests(bool hold);
+std::uint64_t enqueued_for_tests();
+
+} // namespace fk::store::detail

@@ -1,0 +1,154 @@
+#include "backends/file/detail/sys.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fk::store::detail {
+
+void unique_fd::reset(int fd) noexcept {
+    if (fd_ >= 0)
+        ::close(fd_); // close errors carry no durability information after a sync
+    fd_ = fd;
+}
+
+int write_all(int fd, std::string_view data) noexcept {
+    while (!data.empty()) {
+        ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            return EIO;
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return 0;
+}
+
+int read_exact(int fd, std::string& out, std::size_t size) {
+    out.resize(size);
+    std::size_t done = 0;
+    while (done < size) {
+        ssize_t n = ::pread(fd, out.data() + done, size - done, static_cast<off_t>(done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            return EIO;
+        done += static_cast<std::size_t>(n);
+    }
+    return 0;
+}
+
+int read_whole(int fd, std::string& out) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+        return errno;
+    out.clear();
+    out.reserve(static_cast<std::size_t>(st.st_size));
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            return 0;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+}
+
+std::string_view to_string(sync_kind k) noexcept {
+    switch (k) {
+    case sync_kind::body:
+        return "body";
+    case sync_kind::directory:
+        return "directory";
+    case sync_kind::journal:
+        return "journal";
+    case sync_kind::snapshot:
+        return "snapshot";
+    case sync_kind::filesystem:
+        return "filesystem";
+    }
+    return "?";
+}
+
+namespace {
+
+std::mutex fault_mutex;
+fsync_fault fault_hook;
+std::atomic<bool> fault_set{false};
+
+} // namespace
+
+void set_fsync_fault_for_tests(fsync_fault fault) {
+    std::lock_guard lock(fault_mutex);
+    fault_hook = std::move(fault);
+    fault_set = static_cast<bool>(fault_hook);
+}
+
+int sync_fd(int fd, sync_kind kind) noexcept {
+    if (fault_set.load(std::memory_order_relaxed)) {
+        std::lock_guard lock(fault_mutex);
+        if (fault_hook) {
+            if (int err = fault_hook(kind); err != 0)
+                return err;
+        }
+    }
+    int rc = 0;
+    switch (kind) {
+    case sync_kind::journal:
+        rc = ::fdatasync(fd);
+        break;
+    case sync_kind::filesystem:
+        rc = ::syncfs(fd);
+        break;
+    default:
+        rc = ::fsync(fd);
+        break;
+    }
+    return rc == 0 ? 0 : errno;
+}
+
+std::string errno_text(std::string_view what, int err) {
+    std::string s(what);
+    s += ": ";
+    s += std::strerror(err);
+    return s;
+}
+
+void failpoint_hit(const char* name) noexcept {
+    // Parsed once: FK_FAILPOINT=name or name:N (kill at the N-th hit, 1-based).
+    static const auto target = [] {
+        std::pair<std::string, long> t{"", 1};
+        if (const char* env = std::getenv("FK_FAILPOINT")) {
+            std::string v(env);
+            if (auto colon = v.find(':'); colon != std::string::npos) {
+                t.second = std::strtol(v.c_str() + colon + 1, nullptr, 10);
+                v.resize(colon);
+            }
+            t.first = v;
+        }
+        return t;
+    }();
+    static std::atomic<long> hits{0};
+    if (target.first.empty() || target.first != name)
+        return;
+    if (hits.fetch_add(1) + 1 >= target.second)
+        ::raise(SIGKILL);
+}
+
+} // namespace fk::store::detail

@@ -1,0 +1,401 @@
+#include "backends/file/file_store.hpp"
+
+#include "backends/file/detail/crc32c.hpp"
+#include "backends/file/detail/file_store_impl.hpp"
+#include "config/logging.hpp"
+#include "fence/names.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <fcntl.h>
+#include <random>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fk::store {
+
+std::variant<std::unique_ptr<store>, open_error>
+open_file_store(net::io_context& io, const std::string& root, const file_store_options& opts) {
+    return detail::file_store::open(io, root, opts);
+}
+
+namespace detail {
+
+namespace {
+
+constexpr int dir_flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+
+// Runs `f` on `pool`; resumes on the caller's executor.
+template <typename F> auto on_pool(net::thread_pool& pool, F f) -> net::awaitable<decltype(f())> {
+    using result = decltype(f());
+    co_return co_await net::co_spawn(
+        pool, [f = std::move(f)]() mutable -> net::awaitable<result> { co_return f(); },
+        net::use_awaitable);
+}
+
+write_result unavailable(std::string message) {
+    write_result r;
+    r.error = errc::unavailable;
+    r.message = std::move(message);
+    return r;
+}
+
+} // namespace
+
+std::variant<std::unique_ptr<store>, open_error>
+file_store::open(net::io_context& io, const std::string& root, const file_store_options& opts) {
+    auto s = std::make_unique<file_store>(io, opts.io_threads);
+    if (auto err = s->open_root(root))
+        return *err;
+    if (auto err = s->recover())
+        return *err;
+    s->committer_ = std::thread([p = s.get()] { p->committer_main(); });
+    return std::unique_ptr<store>(std::move(s));
+}
+
+file_store::file_store(net::io_context& io, int io_threads)
+    : io_(io), pool_(static_cast<std::size_t>(io_threads < 1 ? 1 : io_threads)) {
+    std::random_device rd;
+    nonce_ = (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid());
+}
+
+file_store::~file_store() {
+    stop();
+}
+
+bool file_store::ready() const noexcept {
+    return usable();
+}
+
+void file_store::stop() {
+    stopped_ = true;
+    // Staged writes still on the pool hand their items to the committer, which drains
+    // everything queued before it exits; later items are answered "unavailable".
+    pool_.join();
+    {
+        std::lock_guard lock(queue_mutex_);
+        committer_exit_ = true;
+    }
+    queue_cv_.notify_all();
+    if (committer_.joinable())
+        committer_.join();
+}
+
+std::string file_store::unique_suffix() {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::uint64_t parts[2] = {nonce_, seq_.fetch_add(1)};
+    std::string s;
+    for (auto v : parts) {
+        if (!s.empty())
+            s += '-';
+        for (int shift = 60; shift >= 0; shift -= 4)
+            s += hex[(v >> shift) & 0xF];
+    }
+    return s;
+}
+
+int file_store::open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out) {
+    if (p.dirs.empty()) {
+        out = objects_fd_;
+        return 0;
+    }
+    const std::string id = p.dir_id();
+    auto walk = [&](bool make) -> int {
+        int parent = objects_fd_->get();
+        unique_fd cur;
+        std::string prefix;
+        for (const auto& name : p.dirs) {
+            if (!prefix.empty())
+                prefix += '/';
+            prefix += name;
+            if (make && !durable_dirs_.contains(prefix)) {
+                if (::mkdirat(parent, name.c_str(), 0755) == 0) {
+                    // The new entry must be durable before anything inside it is committed.
+                    if (int err = sync_fd(parent, sync_kind::directory); err != 0) {
+                        fail("fsync of a directory after mkdir", err);
+                        return err;
+                    }
+                } else if (errno != EEXIST) {
+                    return errno;
+                }
+                // EEXIST: created before this process started (made durable by the
+                // startup syncfs) or by us under dirs_mutex_ (parent already fsynced).
+                durable_dirs_.insert(prefix);
+            }
+            int fd = ::openat(parent, name.c_str(), dir_flags);
+            if (fd < 0)
+                return errno;
+            cur.reset(fd);
+            parent = cur.get();
+        }
+        out = std::make_shared<unique_fd>(std::move(cur));
+        return 0;
+    };
+    if (!create)
+        return walk(false);
+    {
+        std::lock_guard lock(dirs_mutex_);
+        if (!durable_dirs_.contains(id))
+            return walk(true);
+    }
+    return walk(false);
+}
+
+errc file_store::precheck(const std::string& key, const std::string& lock, token_t token,
+                          const fence::preconditions& pre, write_result& r) const {
+    std::shared_lock lock_state(state_mutex_);
+    std::optional<token_t> fence;
+    if (auto f = fences_.find(lock); f != fences_.end())
+        fence = f->second.token;
+    fence::key_state ks;
+    if (auto k = keys_.find(key); k != keys_.end()) {
+        ks.exists = k->second.exists;
+        ks.version = k->second.version;
+        if (ks.exists)
+            ks.lock = k->second.lock;
+    }
+    errc e = fence::check_write(ks, lock, fence, token, pre);
+    r.error = e;
+    if (e == errc::stale_token) {
+        r.current_token = fence.value_or(0);
+        r.message = "token " + std::to_string(token) + " is below the fence " +
+                    std::to_string(r.current_token) + " of lock '" + lock + "'";
+    } else if (e == errc::lock_mismatch) {
+        r.lock = std::string(ks.lock);
+        r.message = "key '" + key + "' belongs to lock '" + r.lock + "'";
+    } else if (e == errc::precondition_failed) {
+        r.message = "precondition failed for key '" + key + "'";
+    }
+    return e;
+}
+
+net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
+    auto fallback = io_.get_executor();
+    co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(write_result)>(
+        [this, fallback](auto handler, std::unique_ptr<pending> item) {
+            net::any_io_executor ex = net::get_associated_executor(handler, fallback);
+            item->work = net::prefer(ex, net::execution::outstanding_work.tracked);
+            item->handler = std::move(handler);
+            enqueue(std::move(item));
+        },
+        net::use_awaitable, std::move(p));
+}
+
+write_result file_store::stage_put(pending& p, const std::string& body) {
+    if (!usable())
+        return unavailable("file store is not available");
+    if (int err = open_dir(p.path, true, p.dir); err != 0)
+        return unavailable(errno_text("creating the key's directory", err));
+    p.tmp = tmp_name(p.path.file, unique_suffix());
+    unique_fd fd(::openat(p.dir->get(), p.tmp.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd)
+        return unavailable(errno_text("creating a temp file", errno));
+    p.body_crc = crc32c(0, body);
+    p.size = body.size();
+    if (int err = write_all(fd.get(), body); err != 0) {
+        ::unlinkat(p.dir->get(), p.tmp.c_str(), 0);
+        return unavailable(errno_text("writing a body", err));
+    }
+    FK_FAILPOINT("before_body_fsync");
+    if (int err = sync_fd(fd.get(), sync_kind::body); err != 0) {
+        fail("fsync of a body", err);
+        ::unlinkat(p.dir->get(), p.tmp.c_str(), 0);
+        return unavailable(errno_text("fsync of a body", err));
+    }
+    FK_FAILPOINT("after_body_fsync");
+    return {};
+}
+
+net::awaitable<write_result> file_store::put(put_request req) {
+    if (!usable())
+        co_return unavailable("file store is not available");
+    write_result r;
+    if (fence::validate_key(req.key) != errc::ok) {
+        r.error = errc::invalid_name;
+        r.message = "invalid key";
+        co_return r;
+    }
+    if (precheck(req.key, req.lock, req.token, req.pre, r) != errc::ok)
+        co_return r;
+
+    auto p = std::make_unique<pending>();
+    p->op = pending::kind::put;
+    p->path = *object_path_for(req.key);
+    p->key = std::move(req.key);
+    p->lock = std::move(req.lock);
+    p->token = req.token;
+    p->pre = req.pre;
+    p->content_type = std::move(req.content_type);
+    pending* raw = p.get();
+    r = co_await on_pool(pool_,
+                         [this, raw, body = std::move(req.body)] { return stage_put(*raw, body); });
+    if (r.error != errc::ok)
+        co_return r;
+    co_return co_await submit(std::move(p));
+}
+
+net::awaitable<write_result> file_store::remove(delete_request req) {
+    if (!usable())
+        co_return unavailable("file store is not available");
+    write_result r;
+    if (fence::validate_key(req.key) != errc::ok) {
+        r.error = errc::invalid_name;
+        r.message = "invalid key";
+        co_return r;
+    }
+    if (precheck(req.key, req.lock, req.token, req.pre, r) != errc::ok)
+        co_return r;
+    auto p = std::make_unique<pending>();
+    p->op = pending::kind::remove;
+    p->path = *object_path_for(req.key);
+    p->key = std::move(req.key);
+    p->lock = std::move(req.lock);
+    p->token = req.token;
+    p->pre = req.pre;
+    co_return co_await submit(std::move(p));
+}
+
+net::awaitable<write_result> file_store::advance_fence(std::string lock, token_t token) {
+    if (!usable())
+        co_return unavailable("file store is not available");
+    write_result r;
+    {
+        std::shared_lock lock_state(state_mutex_);
+        if (auto f = fences_.find(lock); f != fences_.end()) {
+            if (token < f->second.token) {
+                r.error = errc::stale_token;
+                r.current_token = f->second.token;
+                r.message = "token " + std::to_string(token) + " is below the fence " +
+                            std::to_string(r.current_token) + " of lock '" + lock + "'";
+                co_return r;
+            }
+            if (token == f->second.token) {
+                r.token = token; // already durable: nothing to write
+                co_return r;
+            }
+        }
+    }
+    auto p = std::make_unique<pending>();
+    p->op = pending::kind::fence;
+    p->lock = std::move(lock);
+    p->token = token;
+    co_return co_await submit(std::move(p));
+}
+
+object_result file_store::read_body(const std::string& key) {
+    object_result r;
+    auto path = object_path_for(key);
+    std::shared_ptr<unique_fd> dir;
+    int dir_err = open_dir(*path, false, dir);
+    unique_fd fd;
+    key_meta meta;
+    {
+        // Renames happen under the exclusive lock: the fd opened here is the body that
+        // the metadata copied here describes.
+        std::shared_lock lock(state_mutex_);
+        auto k = keys_.find(key);
+        if (k == keys_.end() || !k->second.exists) {
+            r.error = errc::not_found;
+            r.message = "no such key";
+            return r;
+        }
+        meta = k->second;
+        if (dir_err == 0)
+            fd.reset(::openat(dir->get(), path->file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+        if (dir_err == 0 && !fd)
+            dir_err = errno;
+    }
+    int err = dir_err != 0 ? dir_err : read_exact(fd.get(), r.body, meta.size);
+    if (err != 0) {
+        r.error = errc::unavailable;
+        r.message = errno_text("reading the body of '" + key + "'", err);
+        r.body.clear();
+        logging::write(logging::level::error, "file store read failed",
+                       {{"key", key}, {"error", r.message}});
+        return r;
+    }
+    r.size = meta.size;
+    r.content_type = std::move(meta.content_type);
+    r.version = meta.version;
+    r.token = meta.token;
+    r.lock = std::move(meta.lock);
+    return r;
+}
+
+net::awaitable<object_result> file_store::get(std::string key, bool with_body) {
+    object_result r;
+    if (!usable()) {
+        r.error = errc::unavailable;
+        r.message = "file store is not available";
+        co_return r;
+    }
+    if (fence::validate_key(key) != errc::ok) {
+        r.error = errc::not_found;
+        r.message = "no such key";
+        co_return r;
+    }
+    if (!with_body) {
+        std::shared_lock lock(state_mutex_);
+        auto k = keys_.find(key);
+        if (k == keys_.end() || !k->second.exists) {
+            r.error = errc::not_found;
+            r.message = "no such key";
+            co_return r;
+        }
+        r.size = k->second.size;
+        r.content_type = k->second.content_type;
+        r.version = k->second.version;
+        r.token = k->second.token;
+        r.lock = k->second.lock;
+        co_return r;
+    }
+    co_return co_await on_pool(pool_, [this, key = std::move(key)] { return read_body(key); });
+}
+
+net::awaitable<fence_result> file_store::read_fence(std::string lock) {
+    fence_result r;
+    if (!usable()) {
+        r.error = errc::unavailable;
+        r.message = "file store is not available";
+        co_return r;
+    }
+    std::shared_lock lock_state(state_mutex_);
+    auto f = fences_.find(lock);
+    if (f == fences_.end()) {
+        r.error = errc::not_found;
+        r.message = "no fence for lock '" + lock + "'";
+        co_return r;
+    }
+    r.fence = {f->first, f->second.token, f->second.updated_ms};
+    co_return r;
+}
+
+net::awaitable<list_result> file_store::list_fences(list_request req) {
+    list_result r;
+    if (!usable()) {
+        r.error = errc::unavailable;
+        r.message = "file store is not available";
+        co_return r;
+    }
+    std::shared_lock lock_state(state_mutex_);
+    auto it = fences_.lower_bound(req.prefix);
+    if (req.after && *req.after >= req.prefix)
+        it = fences_.upper_bound(*req.after);
+    auto matches = [&](const auto& i) {
+        return i != fences_.end() && i->first.compare(0, req.prefix.size(), req.prefix) == 0;
+    };
+    for (; matches(it) && r.fences.size() < req.limit; ++it)
+        r.fences.push_back({it->first, it->second.token, it->second.updated_ms});
+    if (matches(it) && !r.fences.empty())
+        r.next = r.fences.back().lock;
+    co_return r;
+}
+
+} // namespace detail
+} // namespace fk::store
