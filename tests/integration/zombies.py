@@ -504,6 +504,25 @@ def wrapper_etcd(lock):
     return [os.path.join(LOCKS, "etcd-lock.sh"), lock, "--"]
 
 
+def direct_op(rec, process, kind, lock, key, token, value, fn):
+    """Runs one HTTP write in this process and records it: fn() -> fk.Response."""
+    op = rec.history.invoke(process, kind, lock, key, token,
+                            value.encode() if isinstance(value, str) else value)
+    try:
+        resp = fn()
+    except Exception as e:  # noqa: BLE001 - an unknown outcome, recorded as such
+        rec.history.record_response(op, e)
+        rec.replies[op.id] = {"status": None, "body": repr(e)}
+        return op, None
+    rec.history.record_response(op, resp)
+    try:
+        body = resp.json() if resp.body else None
+    except fk.CheckFailed:
+        body = resp.text
+    rec.replies[op.id] = {"status": resp.status, "body": body}
+    return op, resp
+
+
 def restart_proxy_hard(proxy):
     """kill -9 the proxy and start it again on the same store: every acknowledged
     write must survive (the 2xx came after fsync / COMMIT)."""
@@ -817,9 +836,46 @@ def worker_cron(a):
         emit(ev="done", round=rnd)
 
 
+def worker_careful(a):
+    """A careful holder in the Redlock style: it takes the Redis lock, notes the wall
+    clock, works, and before writing checks that less than the TTL has elapsed on its
+    own clock ("my lease is still valid"); if not, it gives up without writing. Run
+    under libfaketime, its clock can jump (the test steps it back, like an NTP step),
+    and the check then says "valid" long after the lock expired in Redis.
+
+    Sleeps with select(): libfaketime breaks Python's clock_nanosleep-based sleep."""
+    import select
+    target = make_target(a.target)
+    r = RedisClient(a.redis_port)
+    owner = owner_id(a.name)
+    deadline = time.monotonic() + 10
+    while True:
+        token = acquire(r, a.lock, owner, a.ttl_ms)
+        if token is not None:
+            break
+        if time.monotonic() > deadline:
+            emit(ev="exit", error="lock not acquired")
+            return
+        select.select([], [], [], a.retry_ms / 1000.0)
+    wall0 = time.time()
+    emit(ev="acquired", lock=a.lock, token=token, wall=wall0)
+    emit(ev="working", token=token)
+    end = time.monotonic() + a.work_ms / 1000.0
+    while time.monotonic() < end:
+        select.select([], [], [], 0.005)
+    elapsed_ms = (time.time() - wall0) * 1000.0
+    valid = elapsed_ms < a.ttl_ms
+    emit(ev="lease_check", token=token, elapsed_ms=elapsed_ms, valid=valid)
+    if valid:
+        value = "%s,%s,token=%d,nonce=%s\n" % (a.name, a.key, token, fk.rand_name(8))
+        do_op("put", a.lock, a.key, token, value, lambda: target.write(a.key, value, token, a.lock))
+    release(r, a.lock, owner)
+    emit(ev="exit")
+
+
 def worker_main(argv):
     p = argparse.ArgumentParser(prog="zombies.py worker")
-    p.add_argument("--mode", choices=["once", "cron"], default="once")
+    p.add_argument("--mode", choices=["once", "cron", "careful"], default="once")
     p.add_argument("--name", required=True)
     p.add_argument("--lock", default=None)
     p.add_argument("--key", default=None)
@@ -835,6 +891,8 @@ def worker_main(argv):
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if a.mode == "once":
         worker_once(a)
+    elif a.mode == "careful":
+        worker_careful(a)
     else:
         worker_cron(a)
 
