@@ -1,0 +1,159 @@
+#include "proxy/error_response.hpp"
+
+#include <boost/beast/http/field.hpp>
+
+namespace fk::proxy {
+
+namespace {
+
+std::string_view default_message(errc e) noexcept {
+    switch (e) {
+    case errc::ok:
+    case errc::internal:
+        return "internal error";
+    case errc::invalid_token:
+        return "invalid fencing token: 1 to 19 digits, no sign or leading zeros, at most "
+               "9223372036854775807, given once";
+    case errc::invalid_name:
+        return "invalid key or lock name";
+    case errc::invalid_request:
+        return "invalid request";
+    case errc::unauthorized:
+        return "missing or wrong bearer token";
+    case errc::not_found:
+        return "not found";
+    case errc::method_not_allowed:
+        return "method not allowed";
+    case errc::stale_token:
+        return "fencing token is below the lock's fence; nothing was written";
+    case errc::lock_mismatch:
+        return "the key belongs to another lock";
+    case errc::precondition_failed:
+        return "precondition failed";
+    case errc::body_too_large:
+        return "request body too large";
+    case errc::operation_failed:
+        return "the operation failed and was rolled back";
+    case errc::missing_token:
+        return "a write needs a Fencing-Token header";
+    case errc::headers_too_large:
+        return "request line and headers too large";
+    case errc::unavailable:
+        return "store unavailable; nothing was written, retry later";
+    case errc::outcome_unknown:
+        return "the write may or may not have been applied; retrying with the same token "
+               "and body is safe";
+    }
+    return "internal error";
+}
+
+} // namespace
+
+http::status status_for(errc e) noexcept {
+    switch (e) {
+    case errc::invalid_token:
+    case errc::invalid_name:
+    case errc::invalid_request:
+        return http::status::bad_request;
+    case errc::unauthorized:
+        return http::status::unauthorized;
+    case errc::not_found:
+        return http::status::not_found;
+    case errc::method_not_allowed:
+        return http::status::method_not_allowed;
+    case errc::stale_token:
+    case errc::lock_mismatch:
+        return http::status::conflict;
+    case errc::precondition_failed:
+        return http::status::precondition_failed;
+    case errc::body_too_large:
+        return http::status::payload_too_large;
+    case errc::operation_failed:
+        return http::status::unprocessable_entity;
+    case errc::missing_token:
+        return http::status::precondition_required;
+    case errc::headers_too_large:
+        return http::status::request_header_fields_too_large;
+    case errc::unavailable:
+        return http::status::service_unavailable;
+    case errc::outcome_unknown:
+        return http::status::gateway_timeout;
+    case errc::ok:
+    case errc::internal:
+        break;
+    }
+    return http::status::internal_server_error;
+}
+
+std::string dump_json(const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+response json_response(http::status status, const nlohmann::json& body) {
+    response res{status, 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = dump_json(body);
+    return res;
+}
+
+response make_error_response(const error_reply& reply) {
+    errc code = reply.code == errc::ok ? errc::internal : reply.code;
+    nlohmann::json body = nlohmann::json::object();
+    body["error"] = std::string{to_string(code)};
+    body["message"] = reply.message.empty() ? std::string{default_message(code)} : reply.message;
+    if (reply.fields.is_object())
+        for (auto& [name, value] : reply.fields.items())
+            if (name != "error" && name != "message")
+                body[name] = value;
+
+    response res = json_response(status_for(code), body);
+    switch (code) {
+    case errc::method_not_allowed:
+        res.set(http::field::allow, reply.allow);
+        break;
+    case errc::unavailable:
+        res.set(http::field::retry_after, "1");
+        break;
+    case errc::unauthorized:
+        res.set(http::field::www_authenticate, "Bearer");
+        break;
+    default:
+        break;
+    }
+    return res;
+}
+
+response make_error_response(errc code, std::string message) {
+    return make_error_response(error_reply{code, std::move(message), nlohmann::json::object(), {}});
+}
+
+response stale_token_response(std::string_view lock, fence::token_t token,
+                              fence::token_t current_token) {
+    return make_error_response(
+        error_reply{errc::stale_token,
+                    "fencing token " + std::to_string(token) + " is below the fence " +
+                        std::to_string(current_token) + " of lock '" + std::string{lock} +
+                        "'; nothing was written",
+                    {{"lock", lock}, {"token", token}, {"current_token", current_token}},
+                    {}});
+}
+
+response lock_mismatch_response(std::string_view key, std::string_view key_lock) {
+    return make_error_response(error_reply{errc::lock_mismatch,
+                                           "key '" + std::string{key} + "' belongs to lock '" +
+                                               std::string{key_lock} + "'; nothing was written",
+                                           {{"key", key}, {"lock", key_lock}},
+                                           {}});
+}
+
+response operation_failed_response(std::string_view sqlstate, std::string message) {
+    return make_error_response(
+        error_reply{errc::operation_failed, std::move(message), {{"sqlstate", sqlstate}}, {}});
+}
+
+response method_not_allowed_response(std::string_view allow, std::string message) {
+    return make_error_response(error_reply{errc::method_not_allowed, std::move(message),
+                                           nlohmann::json::object(), std::string{allow}});
+}
+
+} // namespace fk::proxy

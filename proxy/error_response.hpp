@@ -1,0 +1,49 @@
+#pragma once
+// The one place that turns an fk::errc into an HTTP status and a JSON error body
+// (CONTRACT §5): {"error": CODE, "message": TEXT, ...fields}. Every other part of the
+// proxy reports failures as errc values and calls this.
+
+#include "backends/net.hpp"
+#include "fence/error.hpp"
+#include "fence/token.hpp"
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace fk::proxy {
+
+using response = http::response<http::string_body>;
+
+struct error_reply {
+    errc code = errc::internal;
+    std::string message;                              // empty → a generic text for the code
+    nlohmann::json fields = nlohmann::json::object(); // extra body members
+    std::string allow;                                // 405 only: the Allow header
+};
+
+http::status status_for(errc e) noexcept;
+
+// A status, headers and body for the error; version and keep-alive are the caller's.
+// errc::ok is a bug and yields 500 internal.
+response make_error_response(const error_reply& reply);
+response make_error_response(errc code, std::string message);
+
+// The errors whose bodies carry more than error and message.
+response stale_token_response(std::string_view lock, fence::token_t token,
+                              fence::token_t current_token);
+response lock_mismatch_response(std::string_view key, std::string_view key_lock);
+response operation_failed_response(std::string_view sqlstate, std::string message);
+response method_not_allowed_response(std::string_view allow, std::string message);
+
+// Serialises JSON for the wire; invalid UTF-8 (never expected) is replaced, not thrown.
+std::string dump_json(const nlohmann::json& j);
+
+// A 2xx/404/503 JSON reply: status, Content-Type: application/json, the body.
+response json_response(http::status status, const nlohmann::json& body);
+
+} // namespace fk::proxy

@@ -1,0 +1,495 @@
+#include "proxy/handlers.hpp"
+
+#include "config/logging.hpp"
+#include "fence/names.hpp"
+#include "fence/token.hpp"
+#include "proxy/detail/json_depth.hpp"
+#include "proxy/detail/request_id.hpp"
+#include "proxy/detail/rfc3339.hpp"
+#include "proxy/router.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/field.hpp>
+
+#include <exception>
+#include <utility>
+
+namespace fk::proxy {
+
+namespace {
+
+using fence::token_t;
+
+constexpr std::string_view fencing_token_field = "Fencing-Token";
+constexpr std::string_view fencing_token_alias = "X-Fencing-Token";
+constexpr std::string_view fencing_lock_field = "Fencing-Lock";
+constexpr std::string_view request_id_field = "X-Request-Id";
+// Nesting deeper than this in an operation body is refused: serialising and destroying
+// JSON recurses, and no SQL parameter needs it.
+constexpr std::size_t max_params_depth = 32;
+
+struct field_values {
+    std::size_t count = 0;
+    std::optional<std::string_view> first;
+};
+
+field_values fields_named(const request& req, std::string_view name) {
+    field_values out;
+    auto [it, end] = req.equal_range(name);
+    for (; it != end; ++it)
+        if (out.count++ == 0)
+            out.first = std::string_view{it->value()};
+    return out;
+}
+
+// Cuts client-supplied text quoted in messages to a readable length.
+std::string excerpt(std::string_view text) {
+    constexpr std::size_t max = 64;
+    return text.size() <= max ? std::string{text} : std::string{text.substr(0, max)} + "...";
+}
+
+// The per-request state every handler needs.
+struct call {
+    handler_context& ctx;
+    request& req;
+    const route_match& match;
+    bool head = false;
+};
+
+// A value or the error response to send instead.
+template <class T> struct checked {
+    std::optional<T> value;
+    std::optional<response> failure;
+};
+
+checked<token_t> token_of(const request& req) {
+    auto primary = fields_named(req, fencing_token_field);
+    auto alias = fields_named(req, fencing_token_alias);
+    auto t = fence::token_from_headers(primary.count, primary.first, alias.count, alias.first);
+    if (t.error == errc::ok)
+        return {t.value, std::nullopt};
+    if (t.error == errc::missing_token)
+        return {std::nullopt,
+                make_error_response(errc::missing_token, "a write needs a Fencing-Token header")};
+    if (primary.count + alias.count > 1)
+        return {std::nullopt,
+                make_error_response(errc::invalid_token,
+                                    "give exactly one Fencing-Token (or X-Fencing-Token) field")};
+    auto text = primary.first ? *primary.first : alias.first.value_or("");
+    return {std::nullopt,
+            make_error_response(errc::invalid_token,
+                                "invalid fencing token '" + excerpt(text) +
+                                    "': 1 to 19 digits, no sign or leading zeros, at most "
+                                    "9223372036854775807")};
+}
+
+// Fencing-Lock, or `fallback` when absent (nullopt fallback: the header is required).
+checked<std::string> lock_of(const request& req, std::optional<std::string_view> fallback) {
+    auto field = fields_named(req, fencing_lock_field);
+    if (field.count == 0) {
+        if (fallback)
+            return {std::string{*fallback}, std::nullopt};
+        return {std::nullopt, make_error_response(errc::invalid_request,
+                                                  "this request needs a Fencing-Lock header")};
+    }
+    if (field.count > 1)
+        return {std::nullopt,
+                make_error_response(errc::invalid_name, "Fencing-Lock given more than once")};
+    auto lock = fence::lock_from_header(*field.first);
+    if (lock.error != errc::ok)
+        return {std::nullopt,
+                make_error_response(errc::invalid_name,
+                                    "invalid Fencing-Lock: 1 to 1024 bytes of UTF-8 without "
+                                    "control characters")};
+    return {std::move(lock.value), std::nullopt};
+}
+
+// `"N"` as sent in If-Match; nullopt for anything else, which can never match an ETag
+// this proxy sends (weak tags never match under If-Match's strong comparison).
+std::optional<std::int64_t> parse_etag_version(std::string_view tag) noexcept {
+    if (tag.size() < 3 || tag.front() != '"' || tag.back() != '"')
+        return std::nullopt;
+    auto digits = tag.substr(1, tag.size() - 2);
+    if (digits.size() > 18 || (digits.size() > 1 && digits[0] == '0'))
+        return std::nullopt;
+    std::int64_t v = 0;
+    for (char c : digits) {
+        if (c < '0' || c > '9')
+            return std::nullopt;
+        v = v * 10 + (c - '0');
+    }
+    return v;
+}
+
+checked<fence::preconditions> preconditions_of(const request& req) {
+    fence::preconditions pre;
+    auto if_match = fields_named(req, "If-Match");
+    if (if_match.count == 1 && *if_match.first == "*") {
+        pre.if_match_any = true;
+    } else if (if_match.count > 0) {
+        // A value that cannot match still goes to the store, so that the fence and the
+        // lock are checked first, in the contract's order; -1 is no version.
+        auto v = if_match.count == 1 ? parse_etag_version(*if_match.first) : std::nullopt;
+        pre.if_match = v.value_or(-1);
+    }
+    auto if_none_match = fields_named(req, "If-None-Match");
+    if (if_none_match.count > 0) {
+        if (if_none_match.count > 1 || *if_none_match.first != "*")
+            return {std::nullopt,
+                    make_error_response(errc::invalid_request,
+                                        "only 'If-None-Match: *' is supported on writes")};
+        pre.if_none_match_any = true;
+    }
+    return {pre, std::nullopt};
+}
+
+nlohmann::json log_fields(const call& c) {
+    return {{"peer", c.ctx.peer}, {"request_id", c.ctx.request_id}};
+}
+
+void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
+               token_t token, token_t current) {
+    auto f = log_fields(c);
+    f["lock"] = lock;
+    f["key"] = key ? nlohmann::json(*key) : nlohmann::json(nullptr);
+    f["token"] = token;
+    f["current_token"] = current;
+    f["gap"] = current - token;
+    logging::write(logging::level::warn, "rejected stale write", f);
+}
+
+void log_applied(const call& c, std::optional<std::string_view> key, std::string_view lock,
+                 token_t token) {
+    if (!logging::enabled(logging::level::debug))
+        return;
+    auto f = log_fields(c);
+    f["lock"] = lock;
+    f["key"] = key ? nlohmann::json(*key) : nlohmann::json(nullptr);
+    f["token"] = token;
+    logging::write(logging::level::debug, "fence advanced", f);
+}
+
+// unavailable, outcome_unknown, internal and anything unexpected from a store.
+response store_failure(const call& c, errc e, const std::string& message) {
+    if (e == errc::ok)
+        e = errc::internal;
+    if (e == errc::unavailable || e == errc::outcome_unknown || e == errc::internal) {
+        auto f = log_fields(c);
+        f["route"] = to_string(c.match.kind);
+        f["name"] = c.match.name;
+        f["error"] = to_string(e);
+        f["detail"] = message;
+        logging::write(logging::level::error, "store error", f);
+    }
+    // A store's internal detail is for the log, not for clients.
+    return make_error_response(e, e == errc::internal ? std::string{} : message);
+}
+
+response write_failure(const call& c, const store::write_result& r,
+                       std::optional<std::string_view> key, std::string_view lock, token_t token) {
+    switch (r.error) {
+    case errc::stale_token:
+        log_stale(c, key, lock, token, r.current_token);
+        return stale_token_response(lock, token, r.current_token);
+    case errc::lock_mismatch:
+        return lock_mismatch_response(key.value_or(""), r.lock);
+    case errc::precondition_failed:
+        return make_error_response(errc::precondition_failed,
+                                   r.message.empty() ? "If-Match / If-None-Match failed"
+                                                     : r.message);
+    default:
+        return store_failure(c, r.error, r.message);
+    }
+}
+
+std::string etag(std::int64_t version) {
+    return "\"" + std::to_string(version) + "\"";
+}
+
+net::awaitable<response> put_resource(call c) {
+    auto token = token_of(c.req);
+    if (token.failure)
+        co_return std::move(*token.failure);
+    auto lock = lock_of(c.req, c.match.name);
+    if (lock.failure)
+        co_return std::move(*lock.failure);
+    auto pre = preconditions_of(c.req);
+    if (pre.failure)
+        co_return std::move(*pre.failure);
+
+    store::put_request p;
+    p.key = c.match.name;
+    p.lock = *lock.value;
+    p.token = *token.value;
+    p.content_type = std::string{std::string_view{c.req[http::field::content_type]}};
+    p.body = std::move(c.req.body());
+    p.pre = *pre.value;
+    auto r = co_await c.ctx.store.put(std::move(p));
+    if (r.error != errc::ok)
+        co_return write_failure(c, r, c.match.name, *lock.value, *token.value);
+
+    log_applied(c, c.match.name, *lock.value, r.token);
+    auto res = json_response(
+        r.created ? http::status::created : http::status::ok,
+        {{"key", c.match.name}, {"lock", *lock.value}, {"token", r.token}, {"version", r.version}});
+    res.set(http::field::etag, etag(r.version));
+    co_return res;
+}
+
+net::awaitable<response> delete_resource(call c) {
+    auto token = token_of(c.req);
+    if (token.failure)
+        co_return std::move(*token.failure);
+    auto lock = lock_of(c.req, c.match.name);
+    if (lock.failure)
+        co_return std::move(*lock.failure);
+    auto pre = preconditions_of(c.req);
+    if (pre.failure)
+        co_return std::move(*pre.failure);
+
+    store::delete_request d;
+    d.key = c.match.name;
+    d.lock = *lock.value;
+    d.token = *token.value;
+    d.pre = *pre.value;
+    auto r = co_await c.ctx.store.remove(std::move(d));
+    if (r.error != errc::ok)
+        co_return write_failure(c, r, c.match.name, *lock.value, *token.value);
+
+    log_applied(c, c.match.name, *lock.value, r.token);
+    co_return response{http::status::no_content, 11};
+}
+
+net::awaitable<response> get_resource(call c) {
+    auto r = co_await c.ctx.store.get(c.match.name, !c.head);
+    if (r.error == errc::not_found)
+        co_return make_error_response(errc::not_found, "no resource '" + c.match.name + "'");
+    if (r.error != errc::ok)
+        co_return store_failure(c, r.error, r.message);
+
+    response res{http::status::ok, 11};
+    res.set(http::field::content_type,
+            r.content_type.empty() ? std::string{"application/octet-stream"} : r.content_type);
+    res.set(http::field::etag, etag(r.version));
+    res.set(fencing_token_field, std::to_string(r.token));
+    res.set(fencing_lock_field, r.lock);
+    if (c.head)
+        res.content_length(r.size);
+    else
+        res.body() = std::move(r.body);
+    co_return res;
+}
+
+nlohmann::json fence_json(const store::fence_info& f) {
+    return {{"lock", f.lock},
+            {"token", f.token},
+            {"updated_at", detail::format_rfc3339_ms(f.updated_at_ms)}};
+}
+
+net::awaitable<response> get_fence(call c) {
+    auto r = co_await c.ctx.store.read_fence(c.match.name);
+    if (r.error == errc::not_found)
+        co_return make_error_response(errc::not_found,
+                                      "lock '" + c.match.name + "' has never been fenced");
+    if (r.error != errc::ok)
+        co_return store_failure(c, r.error, r.message);
+    co_return json_response(http::status::ok, fence_json(r.fence));
+}
+
+net::awaitable<response> put_fence(call c) {
+    auto token = token_of(c.req);
+    if (token.failure)
+        co_return std::move(*token.failure);
+    auto r = co_await c.ctx.store.advance_fence(c.match.name, *token.value);
+    if (r.error != errc::ok)
+        co_return write_failure(c, r, std::nullopt, c.match.name, *token.value);
+    log_applied(c, std::nullopt, c.match.name, r.token);
+    co_return json_response(http::status::ok, {{"lock", c.match.name}, {"token", r.token}});
+}
+
+net::awaitable<response> list_fences(call c) {
+    store::list_request l;
+    l.prefix = c.match.query.prefix;
+    l.after = c.match.query.after;
+    l.limit = c.match.query.limit;
+    auto r = co_await c.ctx.store.list_fences(std::move(l));
+    if (r.error != errc::ok)
+        co_return store_failure(c, r.error, r.message);
+    auto fences = nlohmann::json::array();
+    for (const auto& f : r.fences)
+        fences.push_back(fence_json(f));
+    co_return json_response(http::status::ok,
+                            {{"fences", std::move(fences)},
+                             {"next", r.next ? nlohmann::json(*r.next) : nlohmann::json(nullptr)}});
+}
+
+// {"params": [...]} → text parameters: strings raw, null as SQL NULL, everything else
+// as its JSON text (numbers, true/false, arrays and objects for json/jsonb columns).
+checked<std::vector<std::optional<std::string>>> operation_params(std::string_view body) {
+    auto bad = [](std::string message) {
+        return checked<std::vector<std::optional<std::string>>>{
+            std::nullopt, make_error_response(errc::invalid_request, std::move(message))};
+    };
+    constexpr std::string_view shape = "the body must be JSON {\"params\": [...]}";
+    if (detail::json_nesting_exceeds(body, max_params_depth))
+        return bad("JSON nested deeper than " + std::to_string(max_params_depth) + " levels");
+    auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded())
+        return bad(std::string{shape} + ": the body is not valid JSON");
+    if (!doc.is_object() || doc.size() != 1 || !doc.contains("params") || !doc["params"].is_array())
+        return bad(std::string{shape});
+
+    std::vector<std::optional<std::string>> params;
+    params.reserve(doc["params"].size());
+    for (const auto& p : doc["params"]) {
+        if (p.is_null()) {
+            params.emplace_back(std::nullopt);
+        } else if (p.is_string()) {
+            const auto& s = p.get_ref<const std::string&>();
+            if (s.find('\0') != std::string::npos)
+                return bad("a string parameter contains a NUL character");
+            params.emplace_back(s);
+        } else {
+            params.emplace_back(dump_json(p));
+        }
+    }
+    return {std::move(params), std::nullopt};
+}
+
+net::awaitable<response> run_operation(call c) {
+    if (!c.ctx.store.supports_operations())
+        co_return make_error_response(errc::not_found,
+                                      "no operation '" + c.match.name +
+                                          "': named operations need the postgres store");
+    auto lock = lock_of(c.req, std::nullopt);
+    if (lock.failure)
+        co_return std::move(*lock.failure);
+    auto token = token_of(c.req);
+    if (token.failure)
+        co_return std::move(*token.failure);
+    auto params = operation_params(c.req.body());
+    if (params.failure)
+        co_return std::move(*params.failure);
+
+    store::operation_request o;
+    o.name = c.match.name;
+    o.lock = *lock.value;
+    o.token = *token.value;
+    o.params = std::move(*params.value);
+    auto r = co_await c.ctx.store.run_operation(std::move(o));
+    switch (r.error) {
+    case errc::ok:
+        break;
+    case errc::stale_token:
+        log_stale(c, std::nullopt, *lock.value, *token.value, r.current_token);
+        co_return stale_token_response(*lock.value, *token.value, r.current_token);
+    case errc::operation_failed:
+        co_return operation_failed_response(r.sqlstate, r.message);
+    case errc::not_found:
+    case errc::invalid_request:
+        co_return make_error_response(r.error, r.message);
+    default:
+        co_return store_failure(c, r.error, r.message);
+    }
+
+    log_applied(c, std::nullopt, *lock.value, r.token);
+    // rows_json is already a JSON array; spliced in rather than parsed and re-serialised.
+    response res{http::status::ok, 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = "{\"token\":" + std::to_string(r.token) +
+                 ",\"rows_affected\":" + std::to_string(r.rows_affected) +
+                 ",\"rows\":" + (r.rows_json.empty() ? std::string{"[]"} : r.rows_json) + "}";
+    co_return res;
+}
+
+net::awaitable<response> dispatch(call c) {
+    const auto& m = c.match;
+    if (m.error == errc::method_not_allowed)
+        co_return method_not_allowed_response(m.allow, m.message);
+    if (m.error != errc::ok)
+        co_return make_error_response(m.error, m.message);
+
+    auto method = c.req.method();
+    switch (m.kind) {
+    case route::resource:
+        if (method == http::verb::put)
+            co_return co_await put_resource(c);
+        if (method == http::verb::delete_)
+            co_return co_await delete_resource(c);
+        co_return co_await get_resource(c);
+    case route::fence:
+        if (method == http::verb::put)
+            co_return co_await put_fence(c);
+        co_return co_await get_fence(c);
+    case route::fences_list:
+        co_return co_await list_fences(c);
+    case route::operation:
+        co_return co_await run_operation(c);
+    case route::healthz:
+        co_return json_response(http::status::ok, {{"status", "ok"}});
+    case route::readyz:
+        if (c.ctx.store.ready())
+            co_return json_response(http::status::ok, {{"status", "ready"}});
+        co_return make_error_response(errc::unavailable, "the store is not ready");
+    case route::metrics:
+        co_return make_error_response(errc::not_found, "metrics are not implemented yet");
+    case route::not_found:
+        break;
+    }
+    co_return make_error_response(errc::not_found, "no such route");
+}
+
+} // namespace
+
+std::string request_id_of(const request& req) {
+    auto field = fields_named(req, request_id_field);
+    return detail::request_id_for(field.count == 1 ? field.first : std::nullopt);
+}
+
+void finish_response(response& res, bool head, unsigned request_version, bool keep_alive,
+                     std::string_view request_id) {
+    res.version(request_version == 10 ? 10 : 11);
+    res.set(request_id_field, request_id);
+    if (head) {
+        if (!res.body().empty() || res.find(http::field::content_length) == res.end())
+            res.content_length(res.body().size());
+        res.body().clear();
+    } else if (res.result() == http::status::no_content ||
+               res.result() == http::status::not_modified) {
+        // RFC 9110 §8.6: no Content-Length in a 204 (Beast's prepare_payload would add 0).
+        res.body().clear();
+        res.erase(http::field::content_length);
+    } else {
+        res.prepare_payload();
+    }
+    res.keep_alive(keep_alive);
+}
+
+net::awaitable<response> handle_request(handler_context& ctx, request&& req) {
+    ctx.request_id = request_id_of(req);
+    const bool head = req.method() == http::verb::head;
+    const bool keep_alive = req.keep_alive();
+    const unsigned version = req.version();
+    response res;
+    std::optional<std::string> failure;
+    try {
+        auto match = match_route(req.method(), req.target());
+        res = co_await dispatch(call{ctx, req, match, head});
+    } catch (const std::exception& e) {
+        failure = e.what();
+    } catch (...) {
+        failure = "unknown exception";
+    }
+    if (failure) {
+        logging::write(logging::level::error, "request failed with an exception",
+                       {{"exception", *failure},
+                        {"method", std::string_view{req.method_string()}},
+                        {"peer", ctx.peer},
+                        {"request_id", ctx.request_id}});
+        res = make_error_response(errc::internal, "");
+    }
+    finish_response(res, head, version, keep_alive, ctx.request_id);
+    co_return res;
+}
+
+} // namespace fk::proxy

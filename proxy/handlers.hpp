@@ -1,0 +1,45 @@
+#pragma once
+// The request handlers (CONTRACT §4): one request in, one response out, against a store.
+// No sockets here: the session reads and writes, so the handlers are unit-tested by
+// calling handle_request in an io_context.
+
+#include "backends/net.hpp"
+#include "backends/store.hpp"
+#include "config/settings.hpp"
+#include "proxy/error_response.hpp"
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fk::proxy {
+
+using request = http::request<http::string_body>;
+
+struct handler_context {
+    store::store& store;
+    const config::settings& settings;
+    std::string peer;       // "ip:port" of the client, for logs
+    std::string request_id; // set by handle_request: the client's X-Request-Id or a new one
+};
+
+// Routes and answers one request. Never throws: a bug (an exception escaping a handler)
+// becomes 500 internal for this request only. The response is final: version,
+// keep-alive, X-Request-Id and payload framing are set (see finish_response).
+net::awaitable<response> handle_request(handler_context& ctx, request&& req);
+
+// The client's X-Request-Id when acceptable (one field, 1..128 printable ASCII), else a
+// generated one.
+std::string request_id_of(const request& req);
+
+// Makes a response ready for the wire: HTTP version 1.0 or 1.1 like the request,
+// keep-alive, X-Request-Id, and Content-Length. For HEAD the body is dropped but
+// Content-Length stays that of the GET body (a handler that already set Content-Length
+// with an empty body keeps it).
+void finish_response(response& res, bool head, unsigned request_version, bool keep_alive,
+                     std::string_view request_id);
+
+} // namespace fk::proxy

@@ -1,0 +1,262 @@
+#include "tests/support/memory_store.hpp"
+
+#include "fence/rule.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace fk::test {
+
+using fk::store::token_t;
+
+memory_store::memory_store()
+    : now_ms_([] {
+          return std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      }) {}
+
+void memory_store::stop() {
+    std::lock_guard lock{mu_};
+    stopped_ = true;
+}
+
+void memory_store::add_operation(std::string name, operation_fn fn) {
+    std::lock_guard lock{mu_};
+    operations_[std::move(name)] = std::move(fn);
+}
+
+void memory_store::fail_next(errc e, int count) {
+    std::lock_guard lock{mu_};
+    fail_with_ = e;
+    fail_count_ = count;
+}
+
+void memory_store::set_clock(std::function<std::int64_t()> now_ms) {
+    std::lock_guard lock{mu_};
+    now_ms_ = std::move(now_ms);
+}
+
+std::optional<token_t> memory_store::fence_of(const std::string& lock) const {
+    std::lock_guard guard{mu_};
+    return fence_locked(lock);
+}
+
+std::optional<std::string> memory_store::body_of(const std::string& key) const {
+    std::lock_guard lock{mu_};
+    auto it = keys_.find(key);
+    if (it == keys_.end() || !it->second.exists)
+        return std::nullopt;
+    return it->second.body;
+}
+
+std::optional<errc> memory_store::take_failure() {
+    ++calls_;
+    if (stopped_)
+        return errc::unavailable;
+    if (!ready_.load())
+        return errc::unavailable;
+    if (fail_count_ > 0) {
+        --fail_count_;
+        return fail_with_;
+    }
+    return std::nullopt;
+}
+
+std::optional<token_t> memory_store::fence_locked(const std::string& lock) const {
+    auto it = fences_.find(lock);
+    if (it == fences_.end())
+        return std::nullopt;
+    return it->second.token;
+}
+
+token_t memory_store::advance_locked(const std::string& lock, token_t token) {
+    auto [it, inserted] = fences_.try_emplace(lock);
+    if (inserted || token > it->second.token) {
+        it->second.token = token;
+        it->second.updated_at_ms = now_ms_();
+    }
+    return it->second.token;
+}
+
+fk::store::write_result memory_store::write_locked(const std::string& key, const std::string& lock,
+                                                   token_t token, const fence::preconditions& pre,
+                                                   bool is_delete, std::string content_type,
+                                                   std::string body) {
+    fk::store::write_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        return r;
+    }
+    auto it = keys_.find(key);
+    fence::key_state state;
+    if (it != keys_.end()) {
+        state.exists = it->second.exists;
+        state.lock = it->second.lock;
+        state.version = it->second.version;
+    }
+    auto fence = fence_locked(lock);
+    r.error = fence::check_write(state, lock, fence, token, pre);
+    switch (r.error) {
+    case errc::ok:
+        break;
+    case errc::lock_mismatch:
+        r.lock = it->second.lock;
+        return r;
+    case errc::stale_token:
+        r.current_token = fence.value_or(0);
+        return r;
+    default:
+        return r;
+    }
+
+    if (it == keys_.end())
+        it = keys_.try_emplace(key).first;
+    key_entry& k = it->second;
+    r.token = advance_locked(lock, token);
+    if (is_delete) {
+        k.exists = false;
+        k.body.clear();
+        k.content_type.clear();
+        r.version = k.version;
+        return r;
+    }
+    r.created = !k.exists;
+    k.exists = true;
+    k.lock = lock;
+    k.version += 1;
+    k.token = token;
+    k.content_type = std::move(content_type);
+    k.body = std::move(body);
+    r.version = k.version;
+    return r;
+}
+
+net::awaitable<fk::store::write_result> memory_store::put(fk::store::put_request req) {
+    std::lock_guard lock{mu_};
+    co_return write_locked(req.key, req.lock, req.token, req.pre, false,
+                           std::move(req.content_type), std::move(req.body));
+}
+
+net::awaitable<fk::store::write_result> memory_store::remove(fk::store::delete_request req) {
+    std::lock_guard lock{mu_};
+    co_return write_locked(req.key, req.lock, req.token, req.pre, true, {}, {});
+}
+
+net::awaitable<fk::store::object_result> memory_store::get(std::string key, bool with_body) {
+    std::lock_guard lock{mu_};
+    fk::store::object_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    auto it = keys_.find(key);
+    if (it == keys_.end() || !it->second.exists) {
+        r.error = errc::not_found;
+        co_return r;
+    }
+    const key_entry& k = it->second;
+    if (with_body)
+        r.body = k.body;
+    r.size = k.body.size();
+    r.content_type = k.content_type;
+    r.version = k.version;
+    r.token = k.token;
+    r.lock = k.lock;
+    co_return r;
+}
+
+net::awaitable<fk::store::write_result> memory_store::advance_fence(std::string lock_name,
+                                                                    token_t token) {
+    std::lock_guard lock{mu_};
+    fk::store::write_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    auto fence = fence_locked(lock_name);
+    if (!fence::accepts(fence, token)) {
+        r.error = errc::stale_token;
+        r.current_token = *fence;
+        co_return r;
+    }
+    r.token = advance_locked(lock_name, token);
+    co_return r;
+}
+
+net::awaitable<fk::store::fence_result> memory_store::read_fence(std::string lock_name) {
+    std::lock_guard lock{mu_};
+    fk::store::fence_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    auto it = fences_.find(lock_name);
+    if (it == fences_.end()) {
+        r.error = errc::not_found;
+        co_return r;
+    }
+    r.fence = {it->first, it->second.token, it->second.updated_at_ms};
+    co_return r;
+}
+
+net::awaitable<fk::store::list_result> memory_store::list_fences(fk::store::list_request req) {
+    std::lock_guard lock{mu_};
+    fk::store::list_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    auto it = fences_.lower_bound(req.prefix);
+    if (req.after) {
+        auto after = fences_.upper_bound(*req.after);
+        if (after == fences_.end() || (it != fences_.end() && after->first > it->first))
+            it = after;
+    }
+    auto matches = [&](const std::string& lock_name) {
+        return lock_name.compare(0, req.prefix.size(), req.prefix) == 0;
+    };
+    for (; it != fences_.end() && matches(it->first); ++it) {
+        if (r.fences.size() >= std::max<std::size_t>(req.limit, 1)) {
+            r.next = r.fences.back().lock;
+            break;
+        }
+        r.fences.push_back({it->first, it->second.token, it->second.updated_at_ms});
+    }
+    co_return r;
+}
+
+net::awaitable<fk::store::operation_result>
+memory_store::run_operation(fk::store::operation_request req) {
+    std::lock_guard lock{mu_};
+    fk::store::operation_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    auto op = operations_.find(req.name);
+    if (op == operations_.end()) {
+        r.error = errc::not_found;
+        r.message = "no operation '" + req.name + "'";
+        co_return r;
+    }
+    auto fence = fence_locked(req.lock);
+    if (!fence::accepts(fence, req.token)) {
+        r.error = errc::stale_token;
+        r.current_token = *fence;
+        co_return r;
+    }
+    r = op->second(req);
+    if (r.error != errc::ok)
+        co_return r;
+    r.token = advance_locked(req.lock, req.token);
+    co_return r;
+}
+
+} // namespace fk::test

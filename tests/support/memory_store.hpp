@@ -1,0 +1,93 @@
+#pragma once
+// An in-memory fk::store::store with the contract's semantics (fence::check_write under one
+// mutex), for unit tests and fuzzers: no files, no database. Failure injection in the
+// spirit of Beast's fail_count: fail_next() makes the next call(s) return an error
+// without touching any state.
+
+#include "backends/store.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fk::test {
+
+class memory_store final : public fk::store::store {
+public:
+    // An operation body: runs after the fence check passed, inside the same step; an
+    // error result (e.g. operation_failed) leaves the fence unchanged.
+    using operation_fn =
+        std::function<fk::store::operation_result(const fk::store::operation_request&)>;
+
+    memory_store();
+
+    net::awaitable<fk::store::write_result> put(fk::store::put_request req) override;
+    net::awaitable<fk::store::write_result> remove(fk::store::delete_request req) override;
+    net::awaitable<fk::store::object_result> get(std::string key, bool with_body) override;
+    net::awaitable<fk::store::write_result> advance_fence(std::string lock,
+                                                          fk::store::token_t token) override;
+    net::awaitable<fk::store::fence_result> read_fence(std::string lock) override;
+    net::awaitable<fk::store::list_result> list_fences(fk::store::list_request req) override;
+
+    bool supports_operations() const noexcept override { return !operations_.empty(); }
+    net::awaitable<fk::store::operation_result>
+    run_operation(fk::store::operation_request req) override;
+
+    bool ready() const noexcept override { return ready_.load(); }
+    void stop() override;
+
+    // Test controls.
+    void set_ready(bool ready) noexcept { ready_.store(ready); }
+    void add_operation(std::string name, operation_fn fn);
+    // The next `count` store calls fail with `e` (unavailable, outcome_unknown, internal...).
+    void fail_next(errc e, int count = 1);
+    // Milliseconds since the epoch used for updated_at; defaults to the system clock.
+    void set_clock(std::function<std::int64_t()> now_ms);
+
+    // Direct inspection, bypassing the interface.
+    std::optional<fk::store::token_t> fence_of(const std::string& lock) const;
+    std::optional<std::string> body_of(const std::string& key) const;
+    std::size_t calls() const noexcept { return calls_.load(); }
+
+private:
+    struct key_entry {
+        bool exists = false;
+        std::string lock;
+        std::int64_t version = 0;
+        fk::store::token_t token = 0;
+        std::string content_type;
+        std::string body;
+    };
+    struct fence_entry {
+        fk::store::token_t token = 0;
+        std::int64_t updated_at_ms = 0;
+    };
+
+    // Called with mu_ held. Returns the injected error, if any.
+    std::optional<errc> take_failure();
+    std::optional<fk::store::token_t> fence_locked(const std::string& lock) const;
+    // Moves the fence of `lock` to at least `token`; updated_at changes only when it moves.
+    fk::store::token_t advance_locked(const std::string& lock, fk::store::token_t token);
+    fk::store::write_result write_locked(const std::string& key, const std::string& lock,
+                                         fk::store::token_t token, const fence::preconditions& pre,
+                                         bool is_delete, std::string content_type,
+                                         std::string body);
+
+    mutable std::mutex mu_;
+    std::map<std::string, key_entry> keys_;     // std::map<std::string>: bytewise order
+    std::map<std::string, fence_entry> fences_; // bytewise order, as the listing needs
+    std::map<std::string, operation_fn> operations_;
+    std::function<std::int64_t()> now_ms_;
+    errc fail_with_ = errc::ok;
+    int fail_count_ = 0;
+    bool stopped_ = false;
+    std::atomic<bool> ready_{true};
+    std::atomic<std::size_t> calls_{0};
+};
+
+} // namespace fk::test

@@ -1,0 +1,118 @@
+#include "proxy/error_response.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/beast/http/field.hpp>
+
+using fk::errc;
+namespace http = boost::beast::http;
+using namespace fk::proxy;
+
+namespace {
+
+nlohmann::json body_of(const response& res) {
+    return nlohmann::json::parse(res.body());
+}
+
+} // namespace
+
+TEST_CASE("errors: every code maps to its status and wire name") {
+    struct row {
+        errc code;
+        unsigned status;
+        const char* name;
+    };
+    const row rows[] = {
+        {errc::invalid_token, 400, "invalid_token"},
+        {errc::invalid_name, 400, "invalid_name"},
+        {errc::invalid_request, 400, "invalid_request"},
+        {errc::unauthorized, 401, "unauthorized"},
+        {errc::not_found, 404, "not_found"},
+        {errc::method_not_allowed, 405, "method_not_allowed"},
+        {errc::stale_token, 409, "stale_token"},
+        {errc::lock_mismatch, 409, "lock_mismatch"},
+        {errc::precondition_failed, 412, "precondition_failed"},
+        {errc::body_too_large, 413, "body_too_large"},
+        {errc::operation_failed, 422, "operation_failed"},
+        {errc::missing_token, 428, "missing_token"},
+        {errc::headers_too_large, 431, "headers_too_large"},
+        {errc::internal, 500, "internal"},
+        {errc::unavailable, 503, "unavailable"},
+        {errc::outcome_unknown, 504, "outcome_unknown"},
+    };
+    for (const auto& r : rows) {
+        CAPTURE(r.name);
+        CHECK(static_cast<unsigned>(status_for(r.code)) == r.status);
+        auto res = make_error_response(r.code, "");
+        CHECK(res.result_int() == r.status);
+        CHECK(res[http::field::content_type] == "application/json");
+        auto body = body_of(res);
+        CHECK(body["error"] == r.name);
+        CHECK(body["message"].is_string());
+        CHECK_FALSE(body["message"].get<std::string>().empty());
+        CHECK(body.size() == 2);
+    }
+}
+
+TEST_CASE("errors: ok is a bug and becomes 500 internal") {
+    auto res = make_error_response(errc::ok, "x");
+    CHECK(res.result_int() == 500);
+    CHECK(body_of(res)["error"] == "internal");
+}
+
+TEST_CASE("errors: messages are kept") {
+    auto res = make_error_response(errc::not_found, "no resource 'a'");
+    CHECK(body_of(res)["message"] == "no resource 'a'");
+}
+
+TEST_CASE("errors: per-code headers") {
+    CHECK(make_error_response(errc::unavailable, "")[http::field::retry_after] == "1");
+    CHECK(make_error_response(errc::unauthorized, "")[http::field::www_authenticate] == "Bearer");
+    auto res = method_not_allowed_response("GET, HEAD", "nope");
+    CHECK(res.result_int() == 405);
+    CHECK(res[http::field::allow] == "GET, HEAD");
+    CHECK(body_of(res)["error"] == "method_not_allowed");
+    auto not_found = make_error_response(errc::not_found, "");
+    CHECK(not_found.find(http::field::retry_after) == not_found.end());
+}
+
+TEST_CASE("errors: bodies with extra members") {
+    SUBCASE("stale_token") {
+        auto res = stale_token_response("L", 3, 5);
+        CHECK(res.result_int() == 409);
+        auto b = body_of(res);
+        CHECK(b["error"] == "stale_token");
+        CHECK(b["lock"] == "L");
+        CHECK(b["token"] == 3);
+        CHECK(b["current_token"] == 5);
+        CHECK(b["token"].is_number_integer());
+    }
+    SUBCASE("lock_mismatch") {
+        auto res = lock_mismatch_response("k", "owner");
+        CHECK(res.result_int() == 409);
+        auto b = body_of(res);
+        CHECK(b["error"] == "lock_mismatch");
+        CHECK(b["key"] == "k");
+        CHECK(b["lock"] == "owner");
+    }
+    SUBCASE("operation_failed") {
+        auto res = operation_failed_response("23505", "duplicate key");
+        CHECK(res.result_int() == 422);
+        auto b = body_of(res);
+        CHECK(b["sqlstate"] == "23505");
+        CHECK(b["message"] == "duplicate key");
+    }
+    SUBCASE("extra fields never override error and message") {
+        auto res = make_error_response(
+            error_reply{errc::not_found, "m", {{"error", "x"}, {"message", "y"}, {"z", 1}}, {}});
+        auto b = body_of(res);
+        CHECK(b["error"] == "not_found");
+        CHECK(b["message"] == "m");
+        CHECK(b["z"] == 1);
+    }
+}
+
+TEST_CASE("errors: invalid UTF-8 in a message does not throw") {
+    auto res = make_error_response(errc::invalid_token, "bad '\xff\xfe'");
+    CHECK(body_of(res)["error"] == "invalid_token");
+}
