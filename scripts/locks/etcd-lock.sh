@@ -4,9 +4,10 @@
 # Takes the etcd lock NAME with `etcdctl lock` (waits until it is free), runs CMD while
 # holding it, and releases it when CMD exits. CMD sees:
 #
-#   FENCING_TOKEN   $ETCD_LOCK_REV: the etcd revision at which this holder's lock key
-#                   was created. etcd grants the lock to waiters in creation-revision
-#                   order, and revisions never go back, so every later holder of NAME
+#   FENCING_TOKEN   $ETCD_LOCK_REV: the etcd revision of the response that granted
+#                   the lock (for a waiter: the revision at which the previous holder's
+#                   key was deleted). Revisions never go back and each holder gets the
+#                   lock after the previous one let go, so every later holder of NAME
 #                   gets a higher number: a fencing token, for free.
 #   FENCING_LOCK    NAME
 #   ETCD_LOCK_KEY, ETCD_LOCK_REV   as set by etcdctl
