@@ -1,0 +1,186 @@
+"""The token recipes of docs/locks.md (scripts/locks/), against real servers: the Redis
+Lua scripts (atomic lock + token, owner-checked release and extend, raise-fence never
+lowers), the redis-lock.sh / etcd-lock.sh / pg-lock.sh wrappers (mutual exclusion,
+FENCING_TOKEN strictly increasing, exit codes, no release of somebody else's lock) and
+pg-token.sh. Needs no fencekeeper binary: these are the lock-service side.
+"""
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+import fk
+import zombies
+
+L = zombies.LOCKS
+
+
+def run(cmd, env=None, timeout=30):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def test_redis_lua():
+    port = int(fk.require_service("redis"))
+    lock = "recipe-" + fk.rand_name(6)
+    with zombies.RedisClient(port) as r:
+        t1 = zombies.acquire(r, lock, "o1", 5000)
+        fk.check(isinstance(t1, int) and t1 >= 1, "first token %r" % t1)
+        fk.eq(zombies.acquire(r, lock, "o2", 5000), None, "acquire while held")
+        pttl = r.call("PTTL", "lock:" + lock)
+        fk.check(0 < pttl <= 5000, "lock TTL set atomically with the lock: PTTL %r" % pttl)
+        fk.eq(r.call("PTTL", "fence:" + lock), -1, "the counter never expires")
+        fk.eq(zombies.release(r, lock, "o2"), 0, "release by a non-owner")
+        fk.eq(r.call("GET", "lock:" + lock), b"o1", "lock after a non-owner's release")
+        fk.eq(r.call("EVAL", zombies.lua("redis-extend.lua"), 1, "lock:" + lock, "o2", 60000), 0,
+              "extend by a non-owner")
+        fk.eq(r.call("EVAL", zombies.lua("redis-extend.lua"), 1, "lock:" + lock, "o1", 60000), 1,
+              "extend by the owner")
+        fk.check(r.call("PTTL", "lock:" + lock) > 5000, "extend did not extend")
+        fk.eq(zombies.release(r, lock, "o1"), 1, "release by the owner")
+        t2 = zombies.acquire(r, lock, "o2", 200)
+        fk.check(t2 > t1, "token after release %r not above %r" % (t2, t1))
+        time.sleep(0.3)
+        t3 = zombies.acquire(r, lock, "o3", 5000)
+        fk.check(t3 is not None and t3 > t2, "token after expiry %r not above %r" % (t3, t2))
+        fk.eq(zombies.raise_fence(r, lock, t3 + 100), t3 + 100, "raise")
+        fk.eq(zombies.raise_fence(r, lock, 5), t3 + 100, "raise never lowers")
+        fk.eq(r.call("INCR", "fence:" + lock), t3 + 101, "next token after raise")
+        try:
+            zombies.raise_fence(r, lock, "abc")
+            fk.fail("raise-fence accepted a non-number")
+        except zombies.RedisError:
+            pass
+
+
+def test_redis_lock_sh():
+    port = int(fk.require_service("redis"))
+    env = zombies.redis_env(port)
+    lock = "wrap-" + fk.rand_name(6)
+    sh = os.path.join(L, "redis-lock.sh")
+    r = run([sh, lock, "5000", "--", "sh", "-c", 'echo "$FENCING_TOKEN $FENCING_LOCK"; exit 7'], env)
+    fk.eq(r.returncode, 7, "exit status of the command (%s)" % r.stderr)
+    tok, name = r.stdout.split()
+    fk.eq(name, lock, "FENCING_LOCK")
+    # Held: a second holder gets 75 at once; the lock is released after the command.
+    inner = "%s %s 5000 -- true; echo inner=$?" % (sh, lock)
+    r = run([sh, lock, "5000", "--", "sh", "-c", inner], env)
+    fk.check("inner=75" in r.stdout, "second holder while held: %r %r" % (r.stdout, r.stderr))
+    with zombies.RedisClient(port) as c:
+        fk.eq(c.call("EXISTS", "lock:" + lock), 0, "lock released after the command")
+    # A command outliving the TTL must not release the next holder's lock.
+    slow = subprocess.Popen([sh, lock, "300", "--", "sleep", "0.8"], env=dict(os.environ, **env))
+    time.sleep(0.5)
+    # The lock expired under the slow holder: somebody else takes it (and releases it),
+    # then a third holder takes it and is holding it when the slow one finishes.
+    r = run([sh, lock, "10000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], dict(env, LOCK_WAIT_MS="0"))
+    holder = subprocess.Popen([sh, lock, "10000", "--", "sleep", "1.5"], env=dict(os.environ, **env))
+    slow.wait(10)
+    time.sleep(0.2)
+    with zombies.RedisClient(port) as c:
+        fk.eq(c.call("EXISTS", "lock:" + lock), 1, "the slow holder released somebody else's lock")
+    holder.wait(10)
+    fk.check(int(r.stdout.strip()) > int(tok), "tokens increase: %r then %r" % (tok, r.stdout))
+    # Waiting: LOCK_WAIT_MS retries until the lock is free.
+    h = subprocess.Popen([sh, lock, "10000", "--", "sleep", "0.5"], env=dict(os.environ, **env))
+    time.sleep(0.2)
+    r = run([sh, lock, "10000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], dict(env, LOCK_WAIT_MS="5000"))
+    h.wait(10)
+    fk.eq(r.returncode, 0, "waiting holder: %s" % r.stderr)
+    # Redis down: 69.
+    r = run([sh, lock, "100", "--", "true"], {"REDIS_PORT": str(fk.free_port())})
+    fk.eq(r.returncode, 69, "exit status with Redis down (%s)" % r.stderr)
+
+
+def test_etcd_lock_sh():
+    env = zombies.etcd_env()
+    lock = "etcd-" + fk.rand_name(6)
+    sh = os.path.join(L, "etcd-lock.sh")
+    # Sequential holders: strictly increasing tokens.
+    toks = []
+    for i in range(3):
+        r = run([sh, lock, "--", "sh", "-c", 'echo "$FENCING_TOKEN $FENCING_LOCK"'], env)
+        fk.eq(r.returncode, 0, "etcd-lock.sh: %s" % r.stderr)
+        t, name = r.stdout.split()
+        fk.eq(name, lock, "FENCING_LOCK")
+        toks.append(int(t))
+    fk.check(toks == sorted(toks) and len(set(toks)) == 3, "tokens not increasing: %r" % toks)
+    # Exclusion: concurrent holders run one at a time, each with a higher token.
+    stamp = os.path.join(fk.tmpdir("etcd"), "log")
+    cmd = 'echo "start $FENCING_TOKEN" >> %s; sleep 0.3; echo "end $FENCING_TOKEN" >> %s' % (stamp, stamp)
+    ps = [subprocess.Popen([sh, lock, "--", "sh", "-c", cmd], env=dict(os.environ, **env)) for _ in range(3)]
+    for p in ps:
+        fk.eq(p.wait(30), 0, "concurrent etcd-lock.sh")
+    lines = open(stamp).read().split("\n")[:-1]
+    fk.eq(len(lines), 6, "log lines")
+    seen = []
+    for i in range(0, 6, 2):
+        a, b = lines[i].split(), lines[i + 1].split()
+        fk.check(a[0] == "start" and b[0] == "end" and a[1] == b[1], "holders overlapped: %r" % lines)
+        seen.append(int(a[1]))
+    fk.check(seen == sorted(seen) and seen[0] > toks[-1], "tokens in lock order: %r after %r" % (seen, toks))
+
+
+def test_postgres_recipes():
+    url = fk.require_service("postgres")
+    schema = "t_" + fk.rand_name(12)
+    fk._pg_schemas.append(schema)
+    fk.psql('CREATE SCHEMA "%s"' % schema, url)
+    env = {"PGOPTIONS": "-c search_path=%s" % schema, "DATABASE_URL": url}
+    lock = "it's-" + fk.rand_name(4)      # a quote in the name: must be passed safely
+    toks = []
+    for _ in range(3):
+        r = run([os.path.join(L, "pg-token.sh"), lock], env)
+        fk.eq(r.returncode, 0, "pg-token.sh: %s" % r.stderr)
+        toks.append(int(r.stdout))
+    fk.eq(toks, [1, 2, 3], "pg-token.sh tokens")
+    sh = os.path.join(L, "pg-lock.sh")
+    inner = "%s \"$FENCING_LOCK\" -- true; echo inner=$?; echo token=$FENCING_TOKEN" % sh
+    r = run([sh, lock, "--", "sh", "-c", inner], env)
+    fk.eq(r.returncode, 0, "pg-lock.sh: %s" % r.stderr)
+    fk.check("inner=75" in r.stdout and "token=4" in r.stdout, "pg-lock.sh held/tokens: %r %r"
+             % (r.stdout, r.stderr))
+    r = run([sh, lock, "--", "sh", "-c", "exit 5"], env)
+    fk.eq(r.returncode, 5, "exit status of the command (%s)" % r.stderr)
+    h = subprocess.Popen([sh, lock, "--", "sleep", "0.6"], env=dict(os.environ, **env))
+    time.sleep(0.3)
+    r = run([sh, lock, "--", "sh", "-c", "echo $FENCING_TOKEN"], dict(env, LOCK_WAIT_MS="5000"))
+    fk.eq(h.wait(10), 0, "first pg-lock.sh holder")
+    fk.eq(r.returncode, 0, "waiting pg-lock.sh: %s" % r.stderr)
+    fk.eq(int(r.stdout), 7, "token of the waiting holder")
+
+
+def main():
+    passed = failed = skipped = 0
+    for name, fn in [(n, f) for n, f in list(globals().items()) if n.startswith("test_")]:
+        t0 = time.monotonic()
+        try:
+            fn()
+            print("PASS %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
+            passed += 1
+        except SystemExit as e:            # require_service: 77 = not provided
+            if e.code == fk.SKIP_EXIT:
+                print("SKIP %s" % name)
+                skipped += 1
+            else:
+                print("FAIL %s: service missing" % name)
+                failed += 1
+        except fk.Skip as e:
+            print("SKIP %s: %s" % (name, e))
+            skipped += 1
+        except Exception:
+            print("FAIL %s (%.1fs)" % (name, time.monotonic() - t0))
+            traceback.print_exc(file=sys.stdout)
+            failed += 1
+        finally:
+            zombies.cleanup()
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    fk._drop_pg_schemas()
+    fk._remove_tmp()
+    sys.exit(1 if failed else (fk.SKIP_EXIT if passed == 0 else 0))
+
+
+if __name__ == "__main__":
+    main()
