@@ -89,9 +89,9 @@ def test_clock_jump(store):
     a_put = rec.ops(kind="put", worker="A")
     fk.check(len(a_put) == 1, "A should have written once: %r" % a_put)
     body = rec.expect_stale(a_put[0], fence=b_tok)
-    print("  A (token %d) believed %.0f ms had passed of its %d ms lease while B (token %d) held the "
-          "lock and wrote; A's write: 409, current_token %d"
-          % (a_tok, chk["elapsed_ms"], TTL_MS, b_tok, body["current_token"]))
+    print("  A (token %d) worked %d ms, but its stepped-back clock measured %.0f ms, so it believed "
+          "its %d ms lease still valid while B (token %d) held the lock and wrote; A's write: 409, "
+          "current_token %d" % (a_tok, WORK_MS, chk["elapsed_ms"], TTL_MS, b_tok, body["current_token"]))
     zombies.restart_proxy_hard(proxy)
     keys_state, fences = rec.check(proxy, [key], [lock])
     fk.eq(keys_state[key][0], b_op.value, "stored value (B's)")

@@ -639,10 +639,20 @@ class FkTarget:
         self.c = fk.Client(host, int(port), timeout=15)
 
     def exists(self, key):
-        r = self.c.get(key)
-        if r.status not in (200, 404):
-            raise RuntimeError("GET %s: %d %r" % (key, r.status, r.body[:200]))
-        return r.status == 200
+        # A read has no side effects: retry through a 503 or a dropped connection.
+        for attempt in range(50):
+            try:
+                r = self.c.get(key)
+            except OSError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
+                continue
+            if r.status in (200, 404):
+                return r.status == 200
+            if r.status != 503 or attempt == 49:
+                raise RuntimeError("GET %s: %d %r" % (key, r.status, r.body[:200]))
+            time.sleep(0.1)
 
     def read(self, key):
         r = self.c.get(key)
