@@ -1,53 +1,593 @@
 #include "backends/postgres/postgres_store.hpp"
 
-#include <boost/asio/io_context.hpp>
+#include "backends/postgres/detail/connection.hpp"
+#include "backends/postgres/detail/pool_state.hpp"
+#include "backends/postgres/fence_cache.hpp"
+#include "backends/postgres/result.hpp"
+#include "backends/postgres/sql.hpp"
+#include "config/logging.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <libpq-fe.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
 
 namespace fk::store {
 namespace {
 
-// Placeholder until the libpq implementation lands: behaves exactly like a store that is
-// still connecting (not ready, every call unavailable).
-class connecting_store final : public store {
+using pg::exec_outcome;
+using pg::detail::connection;
+using conn_ptr = std::shared_ptr<connection>;
+using millis = std::chrono::milliseconds;
+
+// A concurrent create can make the write statement ask to be re-run (see sql.cpp); a few
+// attempts always suffice in practice, since each re-run sees the newer state.
+constexpr int max_write_attempts = 5;
+
+struct waiter {
+    explicit waiter(const connection::strand_type& ex) : timer(ex) {}
+    net::steady_timer timer;
+    conn_ptr conn; // set when a connection is handed over
+};
+using waiter_ptr = std::shared_ptr<waiter>;
+
+struct op_entry {
+    std::string name;
+    std::string sql;
+    std::string statement; // fk_op_<index>
+    std::atomic<int> nparams{-1};
+};
+
+struct acquired {
+    conn_ptr conn;
+    std::string why; // when conn is null
+};
+
+template <class R> R unavailable(std::string message) {
+    R r;
+    r.error = errc::unavailable;
+    r.message = std::move(message);
+    return r;
+}
+
+// State shared by the store and its background coroutines (which may outlive the store
+// object until the io_context lets go of them).
+class pg_core : public std::enable_shared_from_this<pg_core> {
 public:
-    net::awaitable<write_result> put(put_request) override {
-        co_return unavailable<write_result>();
+    pg_core(net::io_context& io, const config::settings& s)
+        : cache(s.postgres.fence_cache_size), io_(io), pool_strand_(net::make_strand(io)),
+          state_(static_cast<std::size_t>(std::max(1, config::effective_pool_size(s))),
+                 s.postgres.queue_limit),
+          conninfo_(s.store), schema_(s.postgres.schema),
+          connect_timeout_(s.postgres.connect_timeout),
+          statement_timeout_(s.postgres.statement_timeout),
+          // Our own deadline sits a little above the server's statement_timeout, so the
+          // server normally cancels first (a definite error) and ours catches a dead
+          // network or a stuck server.
+          query_timeout_(s.postgres.statement_timeout + millis(1000)),
+          statements_(pg::sql::prepared_statements(s.postgres.schema)) {
+        std::size_t i = 0;
+        for (const auto& [name, op] : s.operations) {
+            auto e = std::make_unique<op_entry>();
+            e->name = name;
+            e->sql = op.sql;
+            e->statement = pg::sql::op_statement_name(i++);
+            ops_.push_back(std::move(e));
+        }
     }
-    net::awaitable<write_result> remove(delete_request) override {
-        co_return unavailable<write_result>();
+
+    void start() {
+        net::post(pool_strand_, [self = shared_from_this()] {
+            self->state_.connect_started();
+            net::co_spawn(self->pool_strand_, self->slot(), net::detached);
+        });
     }
-    net::awaitable<object_result> get(std::string, bool) override {
-        co_return unavailable<object_result>();
+
+    void stop() {
+        if (stopped_.exchange(true))
+            return;
+        ready_ = false;
+        net::post(pool_strand_, [self = shared_from_this()] {
+            for (auto& w : self->state_.take_waiters())
+                w->timer.cancel();
+            for (auto& c : self->state_.take_idle())
+                net::post(c->strand(), [c] { c->abort(); });
+            for (auto& t : self->backoff_timers_)
+                t->cancel();
+            for (auto& c : self->connecting_)
+                net::post(c->strand(), [c] { c->abort(); });
+        });
     }
-    net::awaitable<write_result> advance_fence(std::string, token_t) override {
-        co_return unavailable<write_result>();
+
+    bool ready() const noexcept { return ready_.load(std::memory_order_acquire); }
+    bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+
+    const op_entry* find_op(const std::string& name) const {
+        auto it =
+            std::find_if(ops_.begin(), ops_.end(), [&](const auto& e) { return e->name == name; });
+        return it == ops_.end() ? nullptr : it->get();
     }
-    net::awaitable<fence_result> read_fence(std::string) override {
-        co_return unavailable<fence_result>();
+    std::size_t op_index(const op_entry* e) const {
+        for (std::size_t i = 0; i < ops_.size(); ++i)
+            if (ops_[i].get() == e)
+                return i;
+        return 0;
     }
-    net::awaitable<list_result> list_fences(list_request) override {
-        co_return unavailable<list_result>();
+
+    // From any executor: a connection for one exchange, or why there is none.
+    net::awaitable<acquired> acquire() {
+        co_return co_await net::co_spawn(pool_strand_, acquire_on_strand(), net::use_awaitable);
     }
-    bool supports_operations() const noexcept override { return true; }
-    net::awaitable<operation_result> run_operation(operation_request) override {
-        co_return unavailable<operation_result>();
+
+    // From any thread, once the exchange is over.
+    void release(conn_ptr c) {
+        net::post(pool_strand_, [self = shared_from_this(), c = std::move(c)]() mutable {
+            self->on_release(std::move(c));
+        });
     }
-    bool ready() const noexcept override { return false; }
-    void stop() override {}
+
+    // One prepared statement on a pooled connection.
+    net::awaitable<exec_outcome> run(const char* statement, const pg::sql::param_list& params,
+                                     bool binary_results) {
+        auto a = co_await acquire();
+        if (!a.conn) {
+            exec_outcome o;
+            o.t = exec_outcome::transport::failed_unsent;
+            o.error = a.why;
+            co_return o;
+        }
+        auto o = co_await net::co_spawn(
+            a.conn->strand(),
+            a.conn->exec_prepared(statement, params, binary_results, query_timeout_),
+            net::use_awaitable);
+        release(a.conn);
+        co_return o;
+    }
+
+    // A named operation: prepare it on this connection if needed, check the parameter
+    // count, then [fence step, user statement, Sync] in one pipeline (one round trip, one
+    // implicit transaction).
+    net::awaitable<operation_result> run_operation(const op_entry& op, operation_request req) {
+        auto a = co_await acquire();
+        if (!a.conn)
+            co_return unavailable<operation_result>("database unavailable: " + a.why);
+        auto r = co_await net::co_spawn(a.conn->strand(), run_op_on(a.conn, op, std::move(req)),
+                                        net::use_awaitable);
+        release(a.conn);
+        co_return r;
+    }
+
+    pg::fence_cache cache;
 
 private:
-    template <class R> static R unavailable() {
-        R r;
-        r.error = errc::unavailable;
-        r.message = "postgres store is connecting";
+    net::awaitable<acquired> acquire_on_strand() {
+        for (;;) {
+            if (stopped())
+                co_return acquired{nullptr, "the store is stopping"};
+            auto w = std::make_shared<waiter>(pool_strand_);
+            auto a = state_.acquire(w);
+            using decision = decltype(a.d);
+            if (a.d == decision::take) {
+                conn_ptr c = std::move(*a.conn);
+                if (c->check_idle())
+                    co_return acquired{std::move(c), {}};
+                // Died while idle (server restart, idle timeout): replace it, try the next.
+                log_lost(*c);
+                state_.drop();
+                after_loss();
+                continue;
+            }
+            if (a.d == decision::reject)
+                co_return acquired{nullptr, state_.live() == 0
+                                                ? "no database connection"
+                                                : "too many requests waiting for a database "
+                                                  "connection"};
+            boost::system::error_code ec;
+            w->timer.expires_after(statement_timeout_);
+            co_await w->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+            if (w->conn)
+                co_return acquired{std::move(w->conn), {}};
+            state_.cancel(w);
+            co_return acquired{nullptr, stopped() ? "the store is stopping"
+                                                  : "no database connection became free in time"};
+        }
+    }
+
+    void on_release(conn_ptr c) {
+        const bool healthy = !stopped() && c->reusable();
+        if (!healthy && !stopped())
+            log_lost(*c);
+        if (auto h = state_.release(std::move(c), healthy)) {
+            h->first->conn = std::move(h->second);
+            h->first->timer.cancel();
+        }
+        if (!healthy)
+            after_loss();
+    }
+
+    void after_loss() {
+        for (auto& w : state_.stranded_waiters())
+            w->timer.cancel();
+        update_ready();
+        top_up();
+    }
+
+    void update_ready() {
+        ready_.store(migrated_ && !stopped() && state_.live() > 0, std::memory_order_release);
+    }
+
+    void top_up() {
+        if (!migrated_ || stopped())
+            return;
+        for (std::size_t n = state_.missing(); n > 0; --n) {
+            state_.connect_started();
+            net::co_spawn(pool_strand_, slot(), net::detached);
+        }
+    }
+
+    // One pool slot: connects (with backoff) until it has a connection to hand over. The
+    // first slot also creates or migrates the schema.
+    net::awaitable<void> slot() {
+        auto self = shared_from_this();
+        int failures = 0;
+        while (!stopped()) {
+            auto c = std::make_shared<connection>(io_);
+            const bool migrate = !migrated_;
+            connecting_.insert(c);
+            std::string err =
+                co_await net::co_spawn(c->strand(), setup(c, migrate), net::use_awaitable);
+            connecting_.erase(c);
+            if (stopped())
+                break;
+            if (err.empty()) {
+                if (migrate && !migrated_) {
+                    migrated_ = true;
+                    logging::write(logging::level::info, "postgres store ready",
+                                   {{"endpoint", c->endpoint()},
+                                    {"schema", schema_},
+                                    {"schema_version", pg::sql::schema_version},
+                                    {"pool_size", state_.capacity()}});
+                } else if (failures > 0) {
+                    logging::write(logging::level::info, "postgres connection restored",
+                                   {{"endpoint", c->endpoint()}});
+                }
+                if (auto h = state_.connected(std::move(c))) {
+                    h->first->conn = std::move(h->second);
+                    h->first->timer.cancel();
+                }
+                update_ready();
+                top_up();
+                co_return;
+            }
+            ++failures;
+            // The first failure and then every tenth: a database that is down for long
+            // must not flood the log.
+            if (failures == 1 || failures % 10 == 0)
+                logging::write(
+                    logging::level::warn, "postgres connect failed",
+                    {{"endpoint", c->endpoint()}, {"error", err}, {"attempt", failures}});
+            for (auto& w : state_.stranded_waiters())
+                w->timer.cancel();
+            auto t = std::make_shared<net::steady_timer>(pool_strand_);
+            t->expires_after(backoff(failures));
+            backoff_timers_.insert(t);
+            boost::system::error_code ec;
+            co_await t->async_wait(net::redirect_error(net::use_awaitable, ec));
+            backoff_timers_.erase(t);
+        }
+        state_.connect_failed();
+    }
+
+    static millis backoff(int failures) {
+        // 100 ms doubling to 5 s, with jitter so that proxies do not reconnect in step.
+        const int shift = std::min(failures - 1, 6);
+        const auto base = std::min<long long>(100LL << shift, 5000);
+        thread_local std::minstd_rand rng{std::random_device{}()};
+        return millis(base / 2 +
+                      static_cast<long long>(rng() % static_cast<unsigned>(base / 2 + 1)));
+    }
+
+    // On the connection's strand: connect, session settings, schema, statements.
+    net::awaitable<std::string> setup(conn_ptr c, bool migrate) {
+        std::string err = co_await c->connect(conninfo_, connect_timeout_);
+        if (!err.empty())
+            co_return err;
+        auto check = [](const exec_outcome& o, const char* what) -> std::string {
+            if (o.t != exec_outcome::transport::ok)
+                return std::string(what) + ": " + (o.error.empty() ? "connection lost" : o.error);
+            for (const auto& r : o.results)
+                if (!r.ok())
+                    return std::string(what) + ": " + (r.sqlstate.empty() ? "" : r.sqlstate + " ") +
+                           r.message;
+            return {};
+        };
+        err = check(
+            co_await c->exec_simple(pg::sql::session_setup(statement_timeout_), connect_timeout_),
+            "session setup");
+        if (!err.empty())
+            co_return err;
+        if (migrate) {
+            // Waiting for the advisory lock of another starting proxy is part of it.
+            err = check(co_await c->exec_simple(pg::sql::migration_script(schema_),
+                                                connect_timeout_ + statement_timeout_),
+                        "schema migration");
+            if (!err.empty())
+                co_return err;
+        }
+        for (const auto& st : statements_) {
+            err = check(co_await c->prepare(st.name, st.text, connect_timeout_), "prepare");
+            if (!err.empty())
+                co_return err;
+        }
+        c->op_prepared.assign(ops_.size(), false);
+        for (std::size_t i = 0; i < ops_.size(); ++i) {
+            auto failure = co_await prepare_op(c, *ops_[i], i);
+            if (failure.t != exec_outcome::transport::ok)
+                co_return "prepare operation: " + failure.error;
+            // A user statement that does not prepare (a table not created yet) is not
+            // fatal: it is retried when the operation is called, and its error is
+            // reported to that caller.
+            if (!failure.results.empty() && !failure.results.front().ok() && migrate)
+                logging::write(logging::level::warn, "operation does not prepare",
+                               {{"operation", ops_[i]->name},
+                                {"sqlstate", failure.results.front().sqlstate},
+                                {"error", failure.results.front().message}});
+        }
+        co_return std::string();
+    }
+
+    // Prepares one user operation on `c` (and learns its parameter count once).
+    net::awaitable<exec_outcome> prepare_op(conn_ptr c, op_entry& op, std::size_t index) {
+        auto o = co_await c->prepare(op.statement.c_str(), op.sql, query_timeout_);
+        if (o.t != exec_outcome::transport::ok || o.results.empty() || !o.results.front().ok())
+            co_return o;
+        if (op.nparams.load() < 0) {
+            auto d = co_await c->describe(op.statement.c_str(), query_timeout_);
+            if (d.t != exec_outcome::transport::ok)
+                co_return d;
+            if (!d.results.empty() && d.results.front().ok())
+                op.nparams.store(
+                    static_cast<int>(pg::parse_int(d.results.front().cmd_tuples).value_or(-1)));
+        }
+        c->op_prepared[index] = true;
+        co_return o;
+    }
+
+    net::awaitable<operation_result> run_op_on(conn_ptr c, const op_entry& op,
+                                               operation_request req) {
+        const std::size_t index = op_index(&op);
+        if (!c->op_prepared[index]) {
+            auto o = co_await prepare_op(c, const_cast<op_entry&>(op), index);
+            if (o.t != exec_outcome::transport::ok)
+                co_return unavailable<operation_result>("database unavailable: " + o.error);
+            if (!o.results.empty() && !o.results.front().ok()) {
+                const auto& r = o.results.front();
+                operation_result f;
+                f.error = pg::transient_sqlstate(r.sqlstate) || r.sqlstate.empty()
+                              ? errc::unavailable
+                              : errc::operation_failed;
+                f.sqlstate = r.sqlstate;
+                f.message = "operation '" + op.name + "' does not prepare: " + r.message;
+                co_return f;
+            }
+        }
+        const int n = op.nparams.load();
+        if (n >= 0 && static_cast<std::size_t>(n) != req.params.size()) {
+            operation_result f;
+            f.error = errc::invalid_request;
+            f.message = "operation '" + op.name + "' takes " + std::to_string(n) +
+                        " parameters, got " + std::to_string(req.params.size());
+            co_return f;
+        }
+        const auto fence_params = pg::sql::op_fence_params(req.lock, req.token);
+        const auto user_params = pg::sql::op_params(req.params);
+        const std::vector<pg::detail::pipeline_step> steps{{pg::sql::name::op_fence, &fence_params},
+                                                           {op.statement.c_str(), &user_params}};
+        auto o = co_await c->exec_pipeline(steps, query_timeout_);
+        co_return pg::map_operation(o, req.token);
+    }
+
+    void log_lost(const connection& c) {
+        logging::write(logging::level::warn, "postgres connection dropped",
+                       {{"endpoint", c.endpoint()}});
+    }
+
+    net::io_context& io_;
+    connection::strand_type pool_strand_;
+    pg::detail::pool_state<conn_ptr, waiter_ptr> state_; // pool strand only
+    std::string conninfo_;
+    std::string schema_;
+    millis connect_timeout_;
+    millis statement_timeout_;
+    millis query_timeout_;
+    std::vector<pg::sql::statement> statements_;
+    std::vector<std::unique_ptr<op_entry>> ops_;
+    std::atomic<bool> ready_{false};
+    std::atomic<bool> stopped_{false};
+    bool migrated_ = false;                                       // pool strand only
+    std::set<std::shared_ptr<net::steady_timer>> backoff_timers_; // pool strand only
+    std::set<conn_ptr> connecting_;                               // pool strand only
+};
+
+class postgres_store final : public store {
+public:
+    explicit postgres_store(std::shared_ptr<pg_core> core) : core_(std::move(core)) {}
+    ~postgres_store() override { core_->stop(); }
+
+    net::awaitable<write_result> put(put_request req) override {
+        if (auto s = cached_stale(req.key, req.lock, req.token))
+            co_return *s;
+        const auto params = pg::sql::put_params(req);
+        auto r = co_await write(pg::sql::name::put, params, req.token, true, false);
+        observe(req.key, req.lock, r, true);
+        co_return r;
+    }
+
+    net::awaitable<write_result> remove(delete_request req) override {
+        if (auto s = cached_stale(req.key, req.lock, req.token))
+            co_return *s;
+        const auto params = pg::sql::delete_params(req);
+        auto r = co_await write(pg::sql::name::remove, params, req.token, false, false);
+        observe(req.key, req.lock, r, false);
+        co_return r;
+    }
+
+    net::awaitable<object_result> get(std::string key, bool with_body) override {
+        const auto params = pg::sql::key_params(key);
+        auto o = co_await core_->run(with_body ? pg::sql::name::get_body : pg::sql::name::get_meta,
+                                     params, true);
+        auto r = pg::map_get(o, with_body);
+        if (r.error == errc::ok)
+            core_->cache.observe_key(key, r.lock);
+        co_return r;
+    }
+
+    net::awaitable<write_result> advance_fence(std::string lock, token_t token) override {
+        if (auto bound = core_->cache.stale_bound(lock, token))
+            co_return stale(token, *bound);
+        const auto params = pg::sql::advance_params(lock, token);
+        auto r = co_await write(pg::sql::name::advance, params, token, false, true);
+        if (r.error == errc::ok)
+            core_->cache.observe_fence(lock, r.token);
+        else if (r.error == errc::stale_token)
+            core_->cache.observe_fence(lock, r.current_token);
+        co_return r;
+    }
+
+    net::awaitable<fence_result> read_fence(std::string lock) override {
+        const auto params = pg::sql::lock_params(lock);
+        auto o = co_await core_->run(pg::sql::name::read_fence, params, false);
+        auto r = pg::map_read_fence(o, lock);
+        if (r.error == errc::ok)
+            core_->cache.observe_fence(lock, r.fence.token);
+        co_return r;
+    }
+
+    net::awaitable<list_result> list_fences(list_request req) override {
+        const auto q = pg::sql::list_params(req);
+        auto o = co_await core_->run(q.statement, q.params, false);
+        co_return pg::map_list(o, req.limit);
+    }
+
+    bool supports_operations() const noexcept override { return true; }
+
+    net::awaitable<operation_result> run_operation(operation_request req) override {
+        const op_entry* op = core_->find_op(req.name);
+        if (!op) {
+            operation_result r;
+            r.error = errc::not_found;
+            r.message = "no operation '" + req.name + "'";
+            co_return r;
+        }
+        if (auto bound = core_->cache.stale_bound(req.lock, req.token)) {
+            operation_result r;
+            r.error = errc::stale_token;
+            r.current_token = *bound;
+            r.message = "fencing token " + std::to_string(req.token) + " is below the fence " +
+                        std::to_string(*bound);
+            co_return r;
+        }
+        const std::string lock = req.lock;
+        const token_t token = req.token;
+        auto r = co_await core_->run_operation(*op, std::move(req));
+        if (r.error == errc::ok)
+            core_->cache.observe_fence(lock, token);
+        else if (r.error == errc::stale_token)
+            core_->cache.observe_fence(lock, r.current_token);
+        co_return r;
+    }
+
+    bool ready() const noexcept override { return core_->ready(); }
+    void stop() override { core_->stop(); }
+
+private:
+    static write_result stale(token_t token, token_t fence) {
+        write_result r;
+        r.error = errc::stale_token;
+        r.current_token = fence;
+        r.message = "fencing token " + std::to_string(token) + " is below the fence " +
+                    std::to_string(fence);
         return r;
     }
+
+    // Answered from the cache only when the key is known to belong to `lock`: otherwise
+    // the database must decide, since lock_mismatch comes before stale_token.
+    std::optional<write_result> cached_stale(const std::string& key, const std::string& lock,
+                                             token_t token) {
+        if (auto bound = core_->cache.stale_bound(lock, token))
+            if (core_->cache.key_known_under(key, lock))
+                return stale(token, *bound);
+        return std::nullopt;
+    }
+
+    net::awaitable<write_result> write(const char* statement, const pg::sql::param_list& params,
+                                       token_t token, bool is_put, bool is_advance) {
+        for (int attempt = 1;; ++attempt) {
+            auto o = co_await core_->run(statement, params, false);
+            auto m = pg::map_write(o, token, is_put, is_advance);
+            if (!m.retry)
+                co_return m.result;
+            if (attempt == max_write_attempts)
+                co_return unavailable<write_result>(
+                    "concurrent writers kept racing for the key; nothing was written");
+        }
+    }
+
+    void observe(const std::string& key, const std::string& lock, const write_result& r,
+                 bool is_put) {
+        switch (r.error) {
+        case errc::ok:
+            core_->cache.observe_fence(lock, r.token);
+            if (is_put)
+                core_->cache.observe_key(key, lock);
+            else
+                core_->cache.forget_key(key);
+            break;
+        case errc::stale_token:
+            core_->cache.observe_fence(lock, r.current_token);
+            break;
+        case errc::lock_mismatch:
+            core_->cache.observe_key(key, r.lock);
+            break;
+        default:
+            break;
+        }
+    }
+
+    std::shared_ptr<pg_core> core_;
 };
 
 } // namespace
 
-std::variant<std::unique_ptr<store>, open_error> open_postgres_store(net::io_context&,
-                                                                     const config::settings&) {
-    return std::unique_ptr<store>(std::make_unique<connecting_store>());
+std::variant<std::unique_ptr<store>, open_error> open_postgres_store(net::io_context& io,
+                                                                     const config::settings& s) {
+    if (!pg::sql::valid_schema_name(s.postgres.schema))
+        return open_error{"postgres.schema: '" + s.postgres.schema +
+                          "' is not a usable schema name (1 to 63 bytes, no '$')"};
+    char* err = nullptr;
+    PQconninfoOption* opts = PQconninfoParse(s.store.c_str(), &err);
+    if (!opts) {
+        std::string message = err ? err : "out of memory";
+        PQfreemem(err);
+        while (!message.empty() && message.back() == '\n')
+            message.pop_back();
+        return open_error{"store: not a valid postgresql:// URI: " + message};
+    }
+    PQconninfoFree(opts);
+    auto core = std::make_shared<pg_core>(io, s);
+    core->start();
+    return std::unique_ptr<store>(std::make_unique<postgres_store>(std::move(core)));
 }
 
 } // namespace fk::store

@@ -1,0 +1,408 @@
+#include "backends/postgres/result.hpp"
+
+#include "backends/postgres/sql.hpp"
+
+#include <charconv>
+
+namespace fk::store::pg {
+namespace {
+
+using transport = exec_outcome::transport;
+
+constexpr unsigned oid_bool = 16, oid_int8 = 20, oid_int2 = 21, oid_int4 = 23, oid_oid = 26,
+                   oid_json = 114, oid_float4 = 700, oid_float8 = 701, oid_numeric = 1700,
+                   oid_jsonb = 3802;
+
+const std::optional<std::string>* cell(const result_table& t, std::size_t row, std::size_t col) {
+    if (row >= t.rows.size() || col >= t.rows[row].size())
+        return nullptr;
+    return &t.rows[row][col];
+}
+
+std::optional<std::int64_t> int_at(const result_table& t, std::size_t row, std::size_t col) {
+    auto c = cell(t, row, col);
+    if (!c || !*c)
+        return std::nullopt;
+    return t.binary ? decode_int8(**c) : parse_int(**c);
+}
+
+bool bool_at(const result_table& t, std::size_t row, std::size_t col) {
+    auto c = cell(t, row, col);
+    if (!c || !*c)
+        return false;
+    if (t.binary)
+        return !(*c)->empty() && (**c)[0] != 0;
+    return **c == "t";
+}
+
+std::string text_at(const result_table& t, std::size_t row, std::size_t col) {
+    auto c = cell(t, row, col);
+    return c && *c ? **c : std::string();
+}
+
+template <class R> R failure(errc e, std::string message) {
+    R r;
+    r.error = e;
+    r.message = std::move(message);
+    return r;
+}
+
+// The failures shared by every exchange. `definite_if_unsent` is always true: a request
+// that never completely left us cannot have committed.
+template <class R> std::optional<R> transport_failure(const exec_outcome& o, bool is_write) {
+    switch (o.t) {
+    case transport::ok:
+        return std::nullopt;
+    case transport::failed_unsent:
+        return failure<R>(errc::unavailable, "database unavailable: " + o.error);
+    case transport::timeout_unsent:
+        return failure<R>(errc::unavailable, "database did not answer in time");
+    case transport::failed_after_send:
+    case transport::timeout_after_send:
+        if (!is_write)
+            return failure<R>(errc::unavailable, o.t == transport::timeout_after_send
+                                                     ? "database did not answer in time"
+                                                     : "database connection lost: " + o.error);
+        return failure<R>(errc::outcome_unknown,
+                          o.t == transport::timeout_after_send
+                              ? "database did not answer in time after the write was sent; "
+                                "it may or may not have been applied"
+                              : "database connection lost after the write was sent; it may "
+                                "or may not have been applied");
+    }
+    return std::nullopt;
+}
+
+template <class R> R server_failure(const result_table& r) {
+    if (transient_sqlstate(r.sqlstate))
+        return failure<R>(errc::unavailable, "database error " + r.sqlstate + ": " + r.message);
+    return failure<R>(errc::internal, "database error " + r.sqlstate + ": " + r.message);
+}
+
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += '"';
+    for (char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        switch (c) {
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        case '\r':
+            out += "\\r";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                out += "\\u00";
+                out += hex[c >> 4];
+                out += hex[c & 0xF];
+            } else {
+                out += ch;
+            }
+        }
+    }
+    out += '"';
+}
+
+// RFC 8259 number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+bool is_json_number(std::string_view s) noexcept {
+    std::size_t i = 0;
+    auto digit = [&](std::size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '9'; };
+    if (i < s.size() && s[i] == '-')
+        ++i;
+    if (!digit(i))
+        return false;
+    if (s[i] == '0')
+        ++i;
+    else
+        while (digit(i))
+            ++i;
+    if (i < s.size() && s[i] == '.') {
+        ++i;
+        if (!digit(i))
+            return false;
+        while (digit(i))
+            ++i;
+    }
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+        ++i;
+        if (i < s.size() && (s[i] == '+' || s[i] == '-'))
+            ++i;
+        if (!digit(i))
+            return false;
+        while (digit(i))
+            ++i;
+    }
+    return i == s.size();
+}
+
+} // namespace
+
+std::optional<std::int64_t> decode_int8(std::string_view bytes) noexcept {
+    if (bytes.size() != 8)
+        return std::nullopt;
+    std::uint64_t v = 0;
+    for (char c : bytes)
+        v = (v << 8) | static_cast<unsigned char>(c);
+    return static_cast<std::int64_t>(v);
+}
+
+std::optional<std::int64_t> parse_int(std::string_view text) noexcept {
+    std::int64_t v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || p != text.data() + text.size())
+        return std::nullopt;
+    return v;
+}
+
+bool transient_sqlstate(std::string_view s) noexcept {
+    if (s.size() != 5)
+        return false;
+    const auto cls = s.substr(0, 2);
+    return cls == "08" || cls == "53" || cls == "57" || cls == "58" || cls == "40" ||
+           s == "55P03" || s == "25006";
+}
+
+write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
+    // Columns: mismatch, pre_failed, key_lock, applied, version, created, seen_fence, raced.
+    write_mapping m;
+    if (t.rows.size() != 1 || t.columns.size() < 7) {
+        m.result = failure<write_result>(errc::internal, "unexpected write statement result");
+        return m;
+    }
+    const auto seen = int_at(t, 0, 6);
+    if (bool_at(t, 0, 0)) {
+        m.result.error = errc::lock_mismatch;
+        m.result.lock = text_at(t, 0, 2);
+        m.result.message = "the key belongs to lock '" + m.result.lock + "'";
+        return m;
+    }
+    if (auto applied = int_at(t, 0, 3)) {
+        m.result.error = errc::ok;
+        m.result.token = *applied;
+        if (is_put) {
+            m.result.version = int_at(t, 0, 4).value_or(0);
+            m.result.created = bool_at(t, 0, 5);
+        }
+        return m;
+    }
+    if (seen && *seen > token) {
+        m.result.error = errc::stale_token;
+        m.result.current_token = *seen;
+        m.result.message = "fencing token " + std::to_string(token) + " is below the fence " +
+                           std::to_string(*seen);
+        return m;
+    }
+    if (bool_at(t, 0, 1)) {
+        m.result.error = errc::precondition_failed;
+        m.result.message = "precondition failed";
+        return m;
+    }
+    // The fence step refused the token, yet our snapshot shows a fence at or below it: a
+    // concurrent transaction advanced or created the fence after our snapshot. Nothing
+    // was written; a re-run sees that fence and reports it.
+    m.retry = true;
+    return m;
+}
+
+write_mapping map_advance_row(const result_table& t, token_t token) {
+    write_mapping m;
+    if (t.rows.size() != 1 || t.columns.size() < 2) {
+        m.result = failure<write_result>(errc::internal, "unexpected fence statement result");
+        return m;
+    }
+    if (auto applied = int_at(t, 0, 0)) {
+        m.result.token = *applied;
+        return m;
+    }
+    if (auto seen = int_at(t, 0, 1); seen && *seen > token) {
+        m.result.error = errc::stale_token;
+        m.result.current_token = *seen;
+        m.result.message = "fencing token " + std::to_string(token) + " is below the fence " +
+                           std::to_string(*seen);
+        return m;
+    }
+    m.retry = true;
+    return m;
+}
+
+write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool is_advance) {
+    write_mapping m;
+    // A server error for the statement itself is definite (the statement's transaction
+    // aborted), even if the connection died right after it.
+    if (!o.results.empty() && o.results.front().server_error()) {
+        const auto& r = o.results.front();
+        if (r.sqlstate == sql::sqlstate_retry) {
+            m.retry = true;
+            return m;
+        }
+        m.result = server_failure<write_result>(r);
+        return m;
+    }
+    if (auto f = transport_failure<write_result>(o, true)) {
+        m.result = std::move(*f);
+        return m;
+    }
+    if (o.results.empty() || !o.results.front().ok()) {
+        m.result = failure<write_result>(
+            errc::internal, o.results.empty() ? "no result" : o.results.front().message);
+        return m;
+    }
+    return is_advance ? map_advance_row(o.results.front(), token)
+                      : map_write_row(o.results.front(), token, is_put);
+}
+
+object_result map_get(const exec_outcome& o, bool with_body) {
+    if (!o.results.empty() && o.results.front().server_error())
+        return server_failure<object_result>(o.results.front());
+    if (auto f = transport_failure<object_result>(o, false))
+        return std::move(*f);
+    if (o.results.empty() || !o.results.front().ok())
+        return failure<object_result>(errc::internal, "unexpected read result");
+    const auto& t = o.results.front();
+    if (t.rows.empty())
+        return failure<object_result>(errc::not_found, "no such key");
+    // Columns: lock, token, version, content_type, size[, body].
+    object_result r;
+    r.lock = text_at(t, 0, 0);
+    r.token = int_at(t, 0, 1).value_or(0);
+    r.version = int_at(t, 0, 2).value_or(0);
+    r.content_type = text_at(t, 0, 3);
+    r.size = static_cast<std::uint64_t>(int_at(t, 0, 4).value_or(0));
+    if (with_body)
+        r.body = text_at(t, 0, 5);
+    return r;
+}
+
+fence_result map_read_fence(const exec_outcome& o, std::string lock) {
+    if (!o.results.empty() && o.results.front().server_error())
+        return server_failure<fence_result>(o.results.front());
+    if (auto f = transport_failure<fence_result>(o, false))
+        return std::move(*f);
+    if (o.results.empty() || !o.results.front().ok())
+        return failure<fence_result>(errc::internal, "unexpected read result");
+    const auto& t = o.results.front();
+    if (t.rows.empty())
+        return failure<fence_result>(errc::not_found, "no fence for this lock");
+    fence_result r;
+    r.fence.lock = std::move(lock);
+    r.fence.token = int_at(t, 0, 0).value_or(0);
+    r.fence.updated_at_ms = int_at(t, 0, 1).value_or(0);
+    return r;
+}
+
+list_result map_list(const exec_outcome& o, std::size_t limit) {
+    if (!o.results.empty() && o.results.front().server_error())
+        return server_failure<list_result>(o.results.front());
+    if (auto f = transport_failure<list_result>(o, false))
+        return std::move(*f);
+    if (o.results.empty() || !o.results.front().ok())
+        return failure<list_result>(errc::internal, "unexpected list result");
+    const auto& t = o.results.front();
+    list_result r;
+    const std::size_t n = std::min(limit, t.rows.size());
+    r.fences.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+        r.fences.push_back(
+            {text_at(t, i, 0), int_at(t, i, 1).value_or(0), int_at(t, i, 2).value_or(0)});
+    if (t.rows.size() > limit && n > 0)
+        r.next = r.fences.back().lock;
+    return r;
+}
+
+operation_result map_operation(const exec_outcome& o, token_t token) {
+    // A server error for the fence step or the user's statement aborted the pipeline's
+    // implicit transaction: definite, whatever happened to the connection afterwards.
+    if (!o.results.empty() && o.results[0].server_error()) {
+        const auto& r = o.results[0];
+        if (r.sqlstate == sql::sqlstate_stale) {
+            operation_result s;
+            s.error = errc::stale_token;
+            s.current_token = parse_int(r.detail).value_or(0);
+            s.message =
+                "fencing token " + std::to_string(token) + " is below the fence " + r.detail;
+            return s;
+        }
+        return server_failure<operation_result>(r);
+    }
+    if (o.results.size() >= 2 && o.results[0].ok() && o.results[1].server_error()) {
+        const auto& r = o.results[1];
+        if (transient_sqlstate(r.sqlstate)) {
+            auto f = failure<operation_result>(errc::unavailable,
+                                               "database error " + r.sqlstate + ": " + r.message);
+            f.sqlstate = r.sqlstate;
+            return f;
+        }
+        auto f = failure<operation_result>(errc::operation_failed, r.message);
+        f.sqlstate = r.sqlstate;
+        return f;
+    }
+    if (auto f = transport_failure<operation_result>(o, true))
+        return std::move(*f);
+    if (o.results.size() < 3 || !o.results[0].ok() || !o.results[1].ok() ||
+        o.results[2].st != result_table::status::pipeline_sync)
+        return failure<operation_result>(errc::internal, "unexpected operation result");
+    operation_result r;
+    r.token = token;
+    r.rows_affected = parse_int(o.results[1].cmd_tuples).value_or(0);
+    r.rows_json = rows_to_json(o.results[1]);
+    return r;
+}
+
+std::string rows_to_json(const result_table& t) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < t.rows.size(); ++i) {
+        if (i)
+            out += ',';
+        out += '{';
+        for (std::size_t c = 0; c < t.columns.size(); ++c) {
+            if (c)
+                out += ',';
+            append_json_string(out, t.columns[c].name);
+            out += ':';
+            const auto* v = cell(t, i, c);
+            if (!v || !*v) {
+                out += "null";
+                continue;
+            }
+            const std::string& s = **v;
+            switch (t.columns[c].oid) {
+            case oid_int2:
+            case oid_int4:
+            case oid_int8:
+            case oid_oid:
+            case oid_float4:
+            case oid_float8:
+            case oid_numeric:
+                if (is_json_number(s))
+                    out += s;
+                else
+                    append_json_string(out, s);
+                break;
+            case oid_bool:
+                out += s == "t" ? "true" : "false";
+                break;
+            case oid_json:
+            case oid_jsonb:
+                out += s;
+                break;
+            default:
+                append_json_string(out, s);
+            }
+        }
+        out += '}';
+    }
+    out += ']';
+    return out;
+}
+
+} // namespace fk::store::pg

@@ -1,0 +1,102 @@
+#pragma once
+// Pure mapping from what Postgres answered to the store's results. libpq results are
+// copied into result_table (by detail/connection.cpp) so that everything here is testable
+// without a database, and so that the upcoming group commit can map one row per request.
+
+#include "backends/store.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fk::store::pg {
+
+struct column {
+    std::string name;
+    unsigned oid = 0;
+};
+
+// One PGresult, detached from libpq.
+struct result_table {
+    enum class status { command_ok, tuples_ok, error, pipeline_aborted, pipeline_sync, other };
+    status st = status::other;
+    std::string sqlstate; // error: from the server; empty for errors libpq made up
+    std::string message;  // error: primary message
+    std::string detail;   // error: DETAIL
+    std::string cmd_tuples;
+    bool binary = false; // values are in binary format
+    std::vector<column> columns;
+    std::vector<std::vector<std::optional<std::string>>> rows;
+
+    bool ok() const noexcept { return st == status::command_ok || st == status::tuples_ok; }
+    // A server-reported error: the statement (and its transaction) did not commit.
+    bool server_error() const noexcept { return st == status::error && !sqlstate.empty(); }
+};
+
+// How one exchange (a statement, or a pipeline ending in Sync) went on the wire.
+struct exec_outcome {
+    enum class transport {
+        ok,                // every result and the final ReadyForQuery arrived
+        failed_unsent,     // lost (or refused) before the request was completely sent
+        failed_after_send, // lost after the whole request (its Sync) was sent
+        timeout_unsent,    // our deadline passed before the request was completely sent
+        timeout_after_send // our deadline passed after it was sent
+    };
+    transport t = transport::ok;
+    std::vector<result_table> results;
+    std::string error; // libpq's message when the transport failed
+
+    bool sent() const noexcept {
+        return t == transport::ok || t == transport::failed_after_send ||
+               t == transport::timeout_after_send;
+    }
+};
+
+// What to do with an SQLSTATE from one of our own statements or a user operation.
+// Connection, resource, shutdown, cancel/timeout, serialization and deadlock classes are
+// transient (→ unavailable: rolled back, safe to retry); anything else from a user's
+// operation is operation_failed, from our own statements internal.
+bool transient_sqlstate(std::string_view sqlstate) noexcept;
+
+// ---- writes (put, delete, advance_fence) ----
+
+// The result of mapping: either a final write_result, or "re-run the statement" when a
+// concurrent transaction raced us in a way the single statement cannot report truthfully
+// (nothing was written in that case).
+struct write_mapping {
+    bool retry = false;
+    write_result result;
+};
+
+// For put/delete: the row of sql::put_sql / sql::delete_sql (text format).
+write_mapping map_write_row(const result_table& t, token_t token, bool is_put);
+// For advance_fence: the row of sql::advance_sql.
+write_mapping map_advance_row(const result_table& t, token_t token);
+
+// A whole write exchange: transport and server errors, then the row. `is_write` false
+// (never used for writes today) is kept for symmetry with reads.
+write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool is_advance);
+
+// ---- reads ----
+
+object_result map_get(const exec_outcome& o, bool with_body);
+fence_result map_read_fence(const exec_outcome& o, std::string lock);
+list_result map_list(const exec_outcome& o, std::size_t limit);
+
+// ---- named operations ----
+
+// The pipeline [fence step, user statement, Sync].
+operation_result map_operation(const exec_outcome& o, token_t token);
+
+// Rows as a JSON array of objects (column → value): int2/int4/int8/oid, float4/float8 and
+// numeric as JSON numbers (NaN/Infinity as strings), bool as true/false, json/jsonb
+// embedded, NULL as null, everything else as a string. Text format only.
+std::string rows_to_json(const result_table& t);
+
+// Binary-format helpers (network byte order), exposed for tests.
+std::optional<std::int64_t> decode_int8(std::string_view bytes) noexcept;
+std::optional<std::int64_t> parse_int(std::string_view text) noexcept;
+
+} // namespace fk::store::pg

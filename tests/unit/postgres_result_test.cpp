@@ -1,0 +1,226 @@
+#include "backends/postgres/result.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace fk::store::pg;
+using fk::errc;
+using transport = exec_outcome::transport;
+using cellv = std::optional<std::string>;
+
+namespace {
+
+result_table write_row(bool mismatch, bool pre_failed, cellv key_lock, cellv applied, cellv version,
+                       cellv created, cellv seen) {
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    for (auto n : {"mismatch", "pre_failed", "key_lock", "applied", "version", "created",
+                   "seen_fence", "raced"})
+        t.columns.push_back({n, 25});
+    t.rows.push_back({mismatch ? "t" : "f", pre_failed ? "t" : "f", key_lock, applied, version,
+                      created, seen, std::nullopt});
+    return t;
+}
+
+exec_outcome ok_with(result_table t) {
+    exec_outcome o;
+    o.results.push_back(std::move(t));
+    return o;
+}
+
+result_table server_error(std::string sqlstate, std::string detail = {}) {
+    result_table t;
+    t.st = result_table::status::error;
+    t.sqlstate = std::move(sqlstate);
+    t.message = "boom";
+    t.detail = std::move(detail);
+    return t;
+}
+
+} // namespace
+
+TEST_CASE("write row: applied") {
+    auto m = map_write_row(write_row(false, false, {}, "5", "3", "f", "4"), 5, true);
+    CHECK_FALSE(m.retry);
+    CHECK(m.result.error == errc::ok);
+    CHECK(m.result.token == 5);
+    CHECK(m.result.version == 3);
+    CHECK_FALSE(m.result.created);
+    m = map_write_row(write_row(false, false, {}, "5", "1", "t", std::nullopt), 5, true);
+    CHECK(m.result.created);
+}
+
+TEST_CASE("write row: order is lock_mismatch, stale, precondition") {
+    auto m = map_write_row(write_row(true, true, "other", {}, {}, {}, "99"), 5, true);
+    CHECK(m.result.error == errc::lock_mismatch);
+    CHECK(m.result.lock == "other");
+    m = map_write_row(write_row(false, true, {}, {}, {}, {}, "99"), 5, true);
+    CHECK(m.result.error == errc::stale_token);
+    CHECK(m.result.current_token == 99);
+    m = map_write_row(write_row(false, true, {}, {}, {}, {}, "5"), 5, true);
+    CHECK(m.result.error == errc::precondition_failed);
+    m = map_write_row(write_row(false, true, {}, {}, {}, {}, std::nullopt), 5, true);
+    CHECK(m.result.error == errc::precondition_failed);
+}
+
+TEST_CASE("write row: a fence that moved after the snapshot asks for a re-run") {
+    auto m = map_write_row(write_row(false, false, {}, {}, {}, {}, "3"), 5, true);
+    CHECK(m.retry);
+    m = map_write_row(write_row(false, false, {}, {}, {}, {}, std::nullopt), 5, true);
+    CHECK(m.retry);
+    m = map_write_row(write_row(false, false, {}, {}, {}, {}, "6"), 5, true);
+    CHECK_FALSE(m.retry);
+    CHECK(m.result.error == errc::stale_token);
+}
+
+TEST_CASE("advance row") {
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    t.columns = {{"applied", 20}, {"seen_fence", 20}};
+    t.rows = {{cellv("9"), cellv("7")}};
+    CHECK(map_advance_row(t, 9).result.token == 9);
+    t.rows = {{std::nullopt, cellv("12")}};
+    auto m = map_advance_row(t, 9);
+    CHECK(m.result.error == errc::stale_token);
+    CHECK(m.result.current_token == 12);
+    t.rows = {{std::nullopt, cellv("8")}};
+    CHECK(map_advance_row(t, 9).retry);
+}
+
+TEST_CASE("write exchange: truthful failures") {
+    exec_outcome o;
+    o.t = transport::failed_unsent;
+    CHECK(map_write(o, 1, true, false).result.error == errc::unavailable);
+    o.t = transport::timeout_unsent;
+    CHECK(map_write(o, 1, true, false).result.error == errc::unavailable);
+    o.t = transport::failed_after_send;
+    CHECK(map_write(o, 1, true, false).result.error == errc::outcome_unknown);
+    o.t = transport::timeout_after_send;
+    CHECK(map_write(o, 1, true, false).result.error == errc::outcome_unknown);
+    // The row arrived but the end of the exchange did not: the commit is not proven.
+    o = ok_with(write_row(false, false, {}, "1", "1", "t", {}));
+    o.t = transport::failed_after_send;
+    CHECK(map_write(o, 1, true, false).result.error == errc::outcome_unknown);
+    // A server error for the statement is definite, even if the connection died after.
+    o = ok_with(server_error("57P01"));
+    o.t = transport::failed_after_send;
+    CHECK(map_write(o, 1, true, false).result.error == errc::unavailable);
+    CHECK(map_write(ok_with(server_error("57014")), 1, true, false).result.error ==
+          errc::unavailable);
+    CHECK(map_write(ok_with(server_error("42P01")), 1, true, false).result.error == errc::internal);
+    CHECK(map_write(ok_with(server_error("FKR01")), 1, true, false).retry);
+    // A libpq-made error (no SQLSTATE) proves nothing.
+    auto lost = server_error("");
+    o = ok_with(lost);
+    o.t = transport::failed_after_send;
+    CHECK(map_write(o, 1, true, false).result.error == errc::outcome_unknown);
+}
+
+TEST_CASE("sqlstate classes") {
+    for (auto s : {"08006", "53300", "57P01", "57014", "40001", "40P01", "55P03", "25006", "58030"})
+        CHECK(transient_sqlstate(s));
+    for (auto s : {"23505", "42P01", "22012", "P0001", "", "FKST1"})
+        CHECK_FALSE(transient_sqlstate(s));
+}
+
+TEST_CASE("get: binary row, not found, reads never report outcome_unknown") {
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    t.binary = true;
+    auto be8 = [](std::int64_t v) {
+        std::string s(8, '\0');
+        for (int i = 7; i >= 0; --i, v >>= 8)
+            s[static_cast<std::size_t>(i)] = static_cast<char>(v & 0xFF);
+        return s;
+    };
+    t.columns = {{"lock", 25},         {"token", 20}, {"version", 20},
+                 {"content_type", 25}, {"size", 20},  {"body", 17}};
+    t.rows = {
+        {cellv("L"), be8(77), be8(3), cellv("text/plain"), be8(3), cellv(std::string("a\0b", 3))}};
+    auto r = map_get(ok_with(t), true);
+    CHECK(r.error == errc::ok);
+    CHECK(r.lock == "L");
+    CHECK(r.token == 77);
+    CHECK(r.version == 3);
+    CHECK(r.size == 3);
+    CHECK(r.body == std::string("a\0b", 3));
+    t.rows.clear();
+    CHECK(map_get(ok_with(t), true).error == errc::not_found);
+    exec_outcome o;
+    o.t = transport::failed_after_send;
+    CHECK(map_get(o, false).error == errc::unavailable);
+    CHECK(decode_int8(be8(-2)) == -2);
+    CHECK_FALSE(decode_int8("abc").has_value());
+}
+
+TEST_CASE("list: limit + 1 rows give next") {
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    t.columns = {{"lock", 25}, {"token", 20}, {"updated_ms", 20}};
+    t.rows = {{cellv("a"), cellv("1"), cellv("10")},
+              {cellv("b"), cellv("2"), cellv("20")},
+              {cellv("c"), cellv("3"), cellv("30")}};
+    auto r = map_list(ok_with(t), 2);
+    REQUIRE(r.fences.size() == 2);
+    CHECK(r.fences[1].lock == "b");
+    CHECK(r.fences[1].updated_at_ms == 20);
+    CHECK(r.next == "b");
+    r = map_list(ok_with(t), 3);
+    CHECK(r.fences.size() == 3);
+    CHECK_FALSE(r.next.has_value());
+}
+
+TEST_CASE("operation pipeline outcomes") {
+    result_table fence_ok;
+    fence_ok.st = result_table::status::tuples_ok;
+    result_table user;
+    user.st = result_table::status::tuples_ok;
+    user.cmd_tuples = "1";
+    user.columns = {{"balance", 1700}};
+    user.rows = {{cellv("100.50")}};
+    result_table sync;
+    sync.st = result_table::status::pipeline_sync;
+    result_table aborted;
+    aborted.st = result_table::status::pipeline_aborted;
+
+    exec_outcome o;
+    o.results = {fence_ok, user, sync};
+    auto r = map_operation(o, 8);
+    CHECK(r.error == errc::ok);
+    CHECK(r.token == 8);
+    CHECK(r.rows_affected == 1);
+    CHECK(r.rows_json == R"([{"balance":100.50}])");
+
+    o.results = {server_error("FKST1", "12"), aborted, sync};
+    r = map_operation(o, 8);
+    CHECK(r.error == errc::stale_token);
+    CHECK(r.current_token == 12);
+
+    o.results = {fence_ok, server_error("23505"), sync};
+    r = map_operation(o, 8);
+    CHECK(r.error == errc::operation_failed);
+    CHECK(r.sqlstate == "23505");
+
+    o.results = {fence_ok, server_error("40P01"), sync};
+    CHECK(map_operation(o, 8).error == errc::unavailable);
+
+    o.results = {fence_ok, user};
+    o.t = transport::failed_after_send;
+    CHECK(map_operation(o, 8).error == errc::outcome_unknown);
+    o.results.clear();
+    o.t = transport::failed_unsent;
+    CHECK(map_operation(o, 8).error == errc::unavailable);
+}
+
+TEST_CASE("rows_to_json by type") {
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    t.columns = {{"i", 23}, {"b", 16},   {"n", 1700}, {"f", 701},
+                 {"t", 25}, {"j", 3802}, {"z", 25},   {"q\"", 20}};
+    t.rows = {{cellv("-7"), cellv("t"), cellv("NaN"), cellv("1e+100"), cellv("a\"b\n\x01"),
+               cellv(R"({"x": [1]})"), std::nullopt, cellv("9223372036854775807")}};
+    CHECK(
+        rows_to_json(t) ==
+        R"([{"i":-7,"b":true,"n":"NaN","f":1e+100,"t":"a\"b\n\u0001","j":{"x": [1]},"z":null,"q\"":9223372036854775807}])");
+    t.rows.clear();
+    CHECK(rows_to_json(t) == "[]");
+}
