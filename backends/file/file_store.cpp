@@ -5,7 +5,6 @@
 #include "config/logging.hpp"
 #include "fence/names.hpp"
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -15,6 +14,7 @@
 #include <fcntl.h>
 #include <random>
 #include <sys/stat.h>
+#include <type_traits>
 #include <unistd.h>
 
 namespace fk::store {
@@ -30,12 +30,32 @@ namespace {
 
 constexpr int dir_flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 
-// Runs `f` on `pool`; resumes on the caller's executor.
-template <typename F> auto on_pool(net::thread_pool& pool, F f) -> net::awaitable<decltype(f())> {
-    using result = decltype(f());
-    co_return co_await net::co_spawn(
-        pool, [f = std::move(f)]() mutable -> net::awaitable<result> { co_return f(); },
-        net::use_awaitable);
+// Runs `f` (returning write_result or object_result) on `pool`, then resumes the
+// awaiting coroutine on its own executor, which is kept busy meanwhile.
+template <typename F>
+net::awaitable<std::invoke_result_t<F&>> on_pool(net::thread_pool& pool,
+                                                 net::any_io_executor fallback, F f) {
+    using result = std::invoke_result_t<F&>;
+    auto init = [&pool, fallback](auto handler, F fn) {
+        net::any_io_executor ex = net::get_associated_executor(handler, fallback);
+        auto work = net::prefer(ex, net::execution::outstanding_work.tracked);
+        net::post(pool,
+                  [fn = std::move(fn), h = std::move(handler), work = std::move(work)]() mutable {
+                      result r;
+                      try {
+                          r = fn();
+                      } catch (const std::exception& e) {
+                          r = result{};
+                          r.error = errc::internal;
+                          r.message = e.what();
+                      }
+                      net::post(work, [h = std::move(h), r = std::move(r)]() mutable {
+                          std::move(h)(std::move(r));
+                      });
+                  });
+    };
+    co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(result)>(
+        std::move(init), net::use_awaitable, std::move(f));
 }
 
 write_result unavailable(std::string message) {
@@ -175,15 +195,15 @@ errc file_store::precheck(const std::string& key, const std::string& lock, token
 }
 
 net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
-    auto fallback = io_.get_executor();
+    net::any_io_executor fallback = io_.get_executor();
+    auto init = [this, fallback](auto handler, std::unique_ptr<pending> item) {
+        net::any_io_executor ex = net::get_associated_executor(handler, fallback);
+        item->work = net::prefer(ex, net::execution::outstanding_work.tracked);
+        item->handler.emplace(std::move(handler));
+        enqueue(std::move(item));
+    };
     co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(write_result)>(
-        [this, fallback](auto handler, std::unique_ptr<pending> item) {
-            net::any_io_executor ex = net::get_associated_executor(handler, fallback);
-            item->work = net::prefer(ex, net::execution::outstanding_work.tracked);
-            item->handler = std::move(handler);
-            enqueue(std::move(item));
-        },
-        net::use_awaitable, std::move(p));
+        std::move(init), net::use_awaitable, std::move(p));
 }
 
 write_result file_store::stage_put(pending& p, const std::string& body) {
@@ -233,8 +253,8 @@ net::awaitable<write_result> file_store::put(put_request req) {
     p->pre = req.pre;
     p->content_type = std::move(req.content_type);
     pending* raw = p.get();
-    r = co_await on_pool(pool_,
-                         [this, raw, body = std::move(req.body)] { return stage_put(*raw, body); });
+    auto stage = [this, raw, body = std::move(req.body)] { return stage_put(*raw, body); };
+    r = co_await on_pool(pool_, io_.get_executor(), std::move(stage));
     if (r.error != errc::ok)
         co_return r;
     co_return co_await submit(std::move(p));
@@ -355,7 +375,8 @@ net::awaitable<object_result> file_store::get(std::string key, bool with_body) {
         r.lock = k->second.lock;
         co_return r;
     }
-    co_return co_await on_pool(pool_, [this, key = std::move(key)] { return read_body(key); });
+    auto read = [this, key = std::move(key)] { return read_body(key); };
+    co_return co_await on_pool(pool_, io_.get_executor(), std::move(read));
 }
 
 net::awaitable<fence_result> file_store::read_fence(std::string lock) {

@@ -45,7 +45,7 @@ void file_store::fail(std::string_view what, int err) {
 
 void file_store::reply(pending& p) {
     auto work = std::move(p.work);
-    net::post(work, [h = std::move(p.handler), r = std::move(p.result)]() mutable {
+    net::post(work, [h = std::move(*p.handler), r = std::move(p.result)]() mutable {
         std::move(h)(std::move(r));
     });
 }

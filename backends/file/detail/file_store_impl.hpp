@@ -76,7 +76,9 @@ struct pending {
     bool accepted = false;
     bool existed = false; // remove: a body was there to unlink
     write_result result;
-    net::any_completion_handler<void(write_result)> handler;
+    // optional + emplace: Boost 1.81's any_completion_handler move assignment recurses
+    // forever (it re-wraps an lvalue of itself); construction is fine.
+    std::optional<net::any_completion_handler<void(write_result)>> handler;
     net::any_io_executor work; // the waiter's executor, tracking outstanding work
 };
 
@@ -103,7 +105,7 @@ private:
     std::optional<open_error> recover();
     // Does the body (or, with roll_forward, its temp file, then renamed into place) hold
     // what `r` says? Returns 0 or the errno of a failure that must stop startup.
-    int verify_put(const record& r, bool roll_forward, bool& ok);
+    int verify_put(const record& r, bool roll_forward, bool& ok, bool& rolled);
     void remove_stray_tmp_files();
     // Writes state as a compacted journal and makes it the journal. 0 or errno.
     int write_snapshot(std::string& error);

@@ -109,8 +109,8 @@ std::optional<open_error> file_store::open_root(const std::string& root) {
     return std::nullopt;
 }
 
-int file_store::verify_put(const record& r, bool roll_forward, bool& ok) {
-    ok = false;
+int file_store::verify_put(const record& r, bool roll_forward, bool& ok, bool& rolled) {
+    ok = rolled = false;
     auto path = object_path_for(r.key);
     if (!path)
         return 0;
@@ -124,6 +124,7 @@ int file_store::verify_put(const record& r, bool roll_forward, bool& ok) {
         if (ok) {
             if (::renameat(dir->get(), r.tmp.c_str(), dir->get(), path->file.c_str()) != 0)
                 return errno;
+            rolled = true;
             FK_FAILPOINT("recovery_after_roll_forward");
             return sync_fd(dir->get(), sync_kind::directory);
         }
@@ -204,12 +205,11 @@ std::optional<open_error> file_store::recover() {
             keys_.emplace(key, meta_of(k.last));
             continue;
         }
-        bool ok = false;
-        if (int err = verify_put(k.last, true, ok); err != 0)
+        bool ok = false, rolled_this = false;
+        if (int err = verify_put(k.last, true, ok, rolled_this); err != 0)
             return io_error(root_, "checking the body of '" + key + "'", err);
         if (ok) {
-            if (!k.last.tmp.empty())
-                ++rolled;
+            rolled += rolled_this ? 1 : 0;
             keys_.emplace(key, meta_of(k.last));
             continue;
         }
@@ -223,7 +223,7 @@ std::optional<open_error> file_store::recover() {
         if (!k.prev)
             continue; // the key never existed
         if (k.prev->type == record_type::put) {
-            if (int err = verify_put(*k.prev, false, ok); err != 0)
+            if (int err = verify_put(*k.prev, false, ok, rolled_this); err != 0)
                 return io_error(root_, "checking the body of '" + key + "'", err);
             if (!ok) {
                 logging::write(logging::level::error,

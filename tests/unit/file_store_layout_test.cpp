@@ -1,0 +1,189 @@
+#include "backends/file/detail/key_path.hpp"
+
+#include "backends/file/detail/crc32c.hpp"
+#include "backends/file/detail/journal.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+using namespace fk::store::detail;
+
+TEST_CASE("crc32c matches the Castagnoli check value") {
+    CHECK(crc32c(0, "123456789") == 0xE3069283u);
+    CHECK(crc32c(0, "") == 0u);
+    std::string long_text(1000, 'x');
+    for (std::size_t i = 0; i < long_text.size(); ++i)
+        long_text[i] = static_cast<char>(i * 7);
+    // Incremental == one shot, across the 8-byte fast path and the tail.
+    CHECK(crc32c(crc32c(0, long_text.substr(0, 13)), long_text.substr(13)) == crc32c(0, long_text));
+}
+
+TEST_CASE("key paths: segments become directories 'enc~', the last the file 'enc'") {
+    auto a = object_path_for("a");
+    REQUIRE(a);
+    CHECK(a->dirs.empty());
+    CHECK(a->file == "a");
+    auto ab = object_path_for("a/b");
+    REQUIRE(ab);
+    CHECK(ab->dirs == std::vector<std::string>{"a~"});
+    CHECK(ab->file == "b");
+    CHECK(ab->dir_id() == "a~");
+    auto deep = object_path_for("reports/2026/11-29.csv");
+    CHECK(deep->dirs == std::vector<std::string>{"reports~", "2026~"});
+    CHECK(deep->file == "11-29.csv");
+}
+
+TEST_CASE("key paths: every byte outside [A-Za-z0-9._-] is %XX, so '~' never survives") {
+    CHECK(encode_segment("a~b") == "a%7Eb");
+    CHECK(encode_segment("100%") == "100%25");
+    CHECK(encode_segment("a b") == "a%20b");
+    CHECK(encode_segment("\xC3\xA9t\xC3\xA9") == "%C3%A9t%C3%A9");
+    CHECK(encode_segment("x~tmp~y") == "x%7Etmp%7Ey");
+    CHECK(encode_segment("A-z_0.9") == "A-z_0.9");
+    CHECK(object_path_for("..x")->file == "..x");
+    // Validation rejects these, but the encoder still never yields them as names.
+    CHECK(object_path_for("..")->file == "%2E%2E");
+    CHECK(object_path_for(".")->file == "%2E");
+    CHECK(object_path_for("../x")->dirs == std::vector<std::string>{"%2E%2E~"});
+    CHECK_FALSE(object_path_for(""));
+    CHECK_FALSE(object_path_for("a//b"));
+    CHECK_FALSE(object_path_for("/a"));
+    CHECK_FALSE(object_path_for("a/"));
+}
+
+TEST_CASE("key paths: long segments are chunked, never inside %XX, never '.' or '..'") {
+    auto check_components = [](const object_path& p) {
+        std::vector<std::string> all = p.dirs;
+        all.push_back(p.file);
+        for (const auto& c : all) {
+            CHECK(!c.empty());
+            CHECK(c.size() <= max_component_bytes + 2);
+            CHECK(c != ".");
+            CHECK(c != "..");
+            CHECK(c.find('/') == std::string::npos);
+            CHECK(c.find('\0') == std::string::npos);
+            CHECK_FALSE(is_tmp_name(c));
+        }
+        CHECK(p.file.find('~') == std::string::npos);
+    };
+    std::string percent(1024, '%'); // 3072 encoded bytes
+    auto p = object_path_for(percent);
+    REQUIRE(p);
+    check_components(*p);
+    std::string joined;
+    for (const auto& d : p->dirs) {
+        CHECK(d.ends_with("~+"));
+        joined += d.substr(0, d.size() - 2);
+    }
+    joined += p->file;
+    CHECK(joined == encode_segment(percent));
+
+    std::string dots(201, '.'); // 200 dots in a chunk, then "." alone
+    auto q = object_path_for(dots);
+    REQUIRE(q);
+    check_components(*q);
+    CHECK(q->file == "%2E");
+
+    std::string unicode;
+    for (int i = 0; i < 341; ++i)
+        unicode += "\xE2\x82\xAC"; // 1023 bytes of '€'
+    check_components(*object_path_for(unicode));
+    check_components(*object_path_for(std::string(1024, 'a')));
+    std::string many;
+    for (int i = 0; i < 512; ++i)
+        many += i ? "/a" : "a";
+    auto m = object_path_for(many);
+    REQUIRE(m);
+    CHECK(m->dirs.size() == 511);
+    check_components(*m);
+}
+
+TEST_CASE("key paths: distinct keys never share a location") {
+    std::vector<std::string> keys = {"a",   "a/b", "a~",  "a~/b", "a%7E", "a%7E/b", ".a",
+                                     "a.",  "%2E", "x/.", "x/..", "%",    "%25",    "a b",
+                                     "a+b", "~",   "~+",  "a~+",  "a~+/b"};
+    std::set<std::pair<std::vector<std::string>, std::string>> seen;
+    for (const auto& k : keys) {
+        auto p = object_path_for(k);
+        REQUIRE(p);
+        CHECK_MESSAGE(seen.insert({p->dirs, p->file}).second, k);
+    }
+}
+
+TEST_CASE("journal records round-trip, with hostile field bytes percent-encoded") {
+    record p = put_record("k e/y%\n\x7F", "lock one", 42, 7, 1700000000000);
+    p.size = 12;
+    p.body_crc = 0xDEADBEEF;
+    p.tmp = "y~tmp~1";
+    p.content_type = ""; // an empty last field survives
+    std::string text;
+    append_record(text, header_record(3));
+    append_record(text, p);
+    append_record(text, fence_record("L", 9223372036854775807, 5));
+    append_record(text, del_record("k", "L", 0, 3, 6));
+    CHECK(std::count(text.begin(), text.end(), '\n') == 4);
+    auto parsed = parse_journal(text);
+    CHECK_FALSE(parsed.damaged);
+    CHECK(parsed.valid_bytes == text.size());
+    REQUIRE(parsed.records.size() == 4);
+    CHECK(parsed.records[0].type == record_type::verified);
+    CHECK(parsed.records[0].count == 3);
+    const record& q = parsed.records[1];
+    CHECK(q.type == record_type::put);
+    CHECK(q.key == p.key);
+    CHECK(q.lock == p.lock);
+    CHECK(q.token == 42);
+    CHECK(q.version == 7);
+    CHECK(q.ms == 1700000000000);
+    CHECK(q.size == 12);
+    CHECK(q.body_crc == 0xDEADBEEF);
+    CHECK(q.tmp == "y~tmp~1");
+    CHECK(q.content_type.empty());
+    CHECK(parsed.records[2].token == 9223372036854775807);
+    CHECK(parsed.records[3].type == record_type::del);
+    CHECK(encode_field("a b%c") == "a%20b%25c");
+    CHECK(decode_field("a%20b%25c") == "a b%c");
+    CHECK_FALSE(decode_field("a%2"));
+    CHECK_FALSE(decode_field("a%zz"));
+}
+
+TEST_CASE("journal: a torn or corrupt tail stops replay; intact records after damage are flagged") {
+    std::string good;
+    append_record(good, fence_record("a", 1, 1));
+    append_record(good, fence_record("b", 2, 2));
+    std::string third;
+    append_record(third, fence_record("c", 3, 3));
+
+    SUBCASE("short last line") {
+        auto parsed = parse_journal(good + third.substr(0, 10));
+        CHECK(parsed.records.size() == 2);
+        CHECK(parsed.valid_bytes == good.size());
+        CHECK(parsed.damaged);
+        CHECK_FALSE(parsed.intact_after_damage);
+    }
+    SUBCASE("zeros after the last record (power loss after the size grew)") {
+        auto parsed = parse_journal(good + std::string(4096, '\0'));
+        CHECK(parsed.records.size() == 2);
+        CHECK(parsed.damaged);
+        CHECK_FALSE(parsed.intact_after_damage);
+    }
+    SUBCASE("flipped bit in the last line") {
+        std::string bad = third;
+        bad[12] ^= 1;
+        auto parsed = parse_journal(good + bad);
+        CHECK(parsed.records.size() == 2);
+        CHECK(parsed.damaged);
+        CHECK_FALSE(parsed.intact_after_damage);
+    }
+    SUBCASE("damage in the middle") {
+        std::string bad = good;
+        bad[3] ^= 1;
+        auto parsed = parse_journal(bad + third);
+        CHECK(parsed.records.empty());
+        CHECK(parsed.valid_bytes == 0);
+        CHECK(parsed.intact_after_damage);
+    }
+}

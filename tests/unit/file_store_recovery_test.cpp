@@ -1,0 +1,178 @@
+#include "backends/file/file_store.hpp"
+
+#include "backends/file/detail/crc32c.hpp"
+#include "backends/file/detail/journal.hpp"
+#include "file_store_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <unistd.h>
+
+using namespace fk::store;
+using fk::errc;
+namespace fence = fk::fence;
+namespace net = boost::asio;
+namespace detail = fk::store::detail;
+using namespace fk::store::test;
+
+namespace {
+
+void append_file(const fs::path& p, const std::string& data) {
+    std::ofstream out(p, std::ios::binary | std::ios::app);
+    out << data;
+}
+
+void write_file(const fs::path& p, const std::string& data) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << data;
+}
+
+std::string read_file(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+} // namespace
+
+TEST_CASE("reopen keeps fences, bodies, versions and tombstones") {
+    temp_dir dir;
+    auto root = dir.path / "root";
+    net::io_context io;
+    {
+        auto s = open_ok(io, root);
+        REQUIRE(run(io, s->put(put_req("a/b", "L", 5, "body", "application/x"))).error == errc::ok);
+        REQUIRE(run(io, s->put(put_req("a/b", "L", 6, "body2", "application/y"))).error ==
+                errc::ok);
+        REQUIRE(run(io, s->put(put_req("gone", "G", 1, "x"))).error == errc::ok);
+        REQUIRE(run(io, s->remove(del_req("gone", "G", 2))).error == errc::ok);
+        REQUIRE(run(io, s->advance_fence("F", 99)).error == errc::ok);
+    }
+    for (int round = 0; round < 2; ++round) { // the second round reads a pure snapshot
+        auto s = open_ok(io, root);
+        auto g = run(io, s->get("a/b", true));
+        CHECK(g.error == errc::ok);
+        CHECK(g.body == "body2");
+        CHECK(g.version == 2);
+        CHECK(g.token == 6);
+        CHECK(g.lock == "L");
+        CHECK(g.content_type == "application/y");
+        CHECK(run(io, s->get("gone", true)).error == errc::not_found);
+        CHECK(run(io, s->read_fence("F")).fence.token == 99);
+        CHECK(run(io, s->read_fence("G")).fence.token == 2);
+        CHECK(run(io, s->put(put_req("a/b", "L", 5, "zombie"))).error == errc::stale_token);
+        auto again = run(io, s->put(put_req("gone", "H", 1, "back")));
+        CHECK(again.version == (round == 0 ? 2 : 3)); // continues after the tombstone
+        CHECK(again.created);
+        if (round == 0)
+            CHECK(run(io, s->remove(del_req("gone", "H", 1))).error == errc::ok);
+    }
+}
+
+TEST_CASE("a second open of the same root fails with the holder's pid") {
+    temp_dir dir;
+    net::io_context io;
+    auto s = open_ok(io, dir.path);
+    auto second = open_file_store(io, dir.path.string(), {});
+    REQUIRE(std::holds_alternative<open_error>(second));
+    auto& err = std::get<open_error>(second);
+    CHECK(err.exit_code == 2);
+    CHECK(err.message.find("locked by another fencekeeper (pid " + std::to_string(::getpid()) +
+                           ")") != std::string::npos);
+    s.reset();
+    CHECK(
+        std::holds_alternative<std::unique_ptr<store>>(open_file_store(io, dir.path.string(), {})));
+}
+
+TEST_CASE("a torn journal tail is dropped; damage followed by intact records refuses to start") {
+    temp_dir dir;
+    net::io_context io;
+    {
+        auto s = open_ok(io, dir.path);
+        REQUIRE(run(io, s->put(put_req("k", "k", 3, "v"))).error == errc::ok);
+    }
+    std::string extra;
+    detail::append_record(extra, detail::fence_record("torn", 50, 1));
+
+    SUBCASE("torn tail") {
+        append_file(dir.path / "journal", extra.substr(0, extra.size() - 3));
+        auto s = open_ok(io, dir.path);
+        CHECK(run(io, s->get("k", true)).body == "v");
+        CHECK(run(io, s->read_fence("torn")).error == errc::not_found);
+        CHECK(run(io, s->advance_fence("torn", 1)).error == errc::ok);
+        s.reset();
+        s = open_ok(io, dir.path); // the tail was cut away by the snapshot
+        CHECK(run(io, s->read_fence("torn")).fence.token == 1);
+    }
+    SUBCASE("damage in the middle") {
+        std::string journal = read_file(dir.path / "journal");
+        journal[journal.size() - 5] ^= 0x01; // the last intact record
+        write_file(dir.path / "journal", journal + extra);
+        auto r = open_file_store(io, dir.path.string(), {});
+        REQUIRE(std::holds_alternative<open_error>(r));
+        CHECK(std::get<open_error>(r).message.find("damaged") != std::string::npos);
+    }
+}
+
+TEST_CASE("stray temp files are removed at startup") {
+    temp_dir dir;
+    net::io_context io;
+    {
+        auto s = open_ok(io, dir.path);
+        REQUIRE(run(io, s->put(put_req("d/k", "d", 1, "v"))).error == errc::ok);
+    }
+    write_file(dir.path / "objects" / "x~tmp~0123", "junk");
+    write_file(dir.path / "objects" / "d~" / "k~tmp~4567", "junk");
+    auto s = open_ok(io, dir.path);
+    CHECK_FALSE(fs::exists(dir.path / "objects" / "x~tmp~0123"));
+    CHECK_FALSE(fs::exists(dir.path / "objects" / "d~" / "k~tmp~4567"));
+    CHECK(run(io, s->get("d/k", true)).body == "v");
+}
+
+TEST_CASE("a committed write whose rename did not happen is rolled forward") {
+    temp_dir dir;
+    net::io_context io;
+    {
+        auto s = open_ok(io, dir.path);
+        REQUIRE(run(io, s->put(put_req("d/k", "L", 1, "old"))).error == errc::ok);
+    }
+    // The state after a crash between the journal's fdatasync and the rename.
+    std::string body = "new body";
+    write_file(dir.path / "objects" / "d~" / "k~tmp~feed", body);
+    auto rec = detail::put_record("d/k", "L", 7, 2, 1000);
+    rec.size = body.size();
+    rec.body_crc = detail::crc32c(0, body);
+    rec.tmp = "k~tmp~feed";
+    rec.content_type = "text/new";
+    std::string line;
+    detail::append_record(line, rec);
+
+    SUBCASE("roll forward") {
+        append_file(dir.path / "journal", line);
+        auto s = open_ok(io, dir.path);
+        auto g = run(io, s->get("d/k", true));
+        CHECK(g.body == "new body");
+        CHECK(g.version == 2);
+        CHECK(g.token == 7);
+        CHECK(g.content_type == "text/new");
+        CHECK(read_file(dir.path / "objects" / "d~" / "k") == "new body");
+        CHECK_FALSE(fs::exists(dir.path / "objects" / "d~" / "k~tmp~feed"));
+    }
+    SUBCASE("neither body nor temp file: fall back, keep the fence") {
+        fs::remove(dir.path / "objects" / "d~" / "k~tmp~feed");
+        append_file(dir.path / "journal", line);
+        auto s = open_ok(io, dir.path);
+        auto g = run(io, s->get("d/k", true));
+        CHECK(g.body == "old");
+        CHECK(g.version == 1);
+        CHECK(run(io, s->read_fence("L")).fence.token == 7);
+    }
+    SUBCASE("a committed delete whose unlink was lost") {
+        std::string del;
+        detail::append_record(del, detail::del_record("d/k", "L", 8, 1, 1000));
+        append_file(dir.path / "journal", del);
+        auto s = open_ok(io, dir.path);
+        CHECK(run(io, s->get("d/k", true)).error == errc::not_found);
+        CHECK_FALSE(fs::exists(dir.path / "objects" / "d~" / "k"));
+    }
+}
