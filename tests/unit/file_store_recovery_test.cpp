@@ -1,12 +1,16 @@
 #include "backends/file/file_store.hpp"
 
 #include "backends/file/detail/crc32c.hpp"
+#include "backends/file/detail/file_store_impl.hpp"
 #include "backends/file/detail/journal.hpp"
+#include "backends/file/detail/sys.hpp"
 #include "file_store_test_util.hpp"
 
 #include <doctest/doctest.h>
 
+#include <csignal>
 #include <fstream>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace fk::store;
@@ -174,5 +178,122 @@ TEST_CASE("a committed write whose rename did not happen is rolled forward") {
         auto s = open_ok(io, dir.path);
         CHECK(run(io, s->get("d/k", true)).error == errc::not_found);
         CHECK_FALSE(fs::exists(dir.path / "objects" / "d~" / "k"));
+    }
+}
+
+TEST_CASE("journal compaction keeps everything and shrinks the journal") {
+    temp_dir dir;
+    net::io_context io;
+    detail::set_compaction_threshold_for_tests(1);
+    {
+        auto s = open_ok(io, dir.path);
+        for (int i = 0; i < 200; ++i) {
+            auto k = "key" + std::to_string(i % 20);
+            REQUIRE(run(io, s->put(put_req(k, k, i, "body" + std::to_string(i)))).error ==
+                    errc::ok);
+        }
+        REQUIRE(run(io, s->remove(del_req("key0", "key0", 1000))).error == errc::ok);
+    }
+    detail::set_compaction_threshold_for_tests(0);
+    std::string journal = read_file(dir.path / "journal");
+    auto parsed = detail::parse_journal(journal);
+    REQUIRE_FALSE(parsed.records.empty());
+    CHECK(parsed.records[0].type == detail::record_type::verified);
+    CHECK(parsed.records.size() < 100); // 201 writes, compacted to ~40 + a tail
+    auto s = open_ok(io, dir.path);
+    auto g = run(io, s->get("key7", true));
+    CHECK(g.body == "body187");
+    CHECK(g.version == 10);
+    CHECK(run(io, s->get("key0", true)).error == errc::not_found);
+    CHECK(run(io, s->read_fence("key0")).fence.token == 1000);
+}
+
+// Kills a child process at each named step of a write (FK_FAILPOINTS builds only) and
+// checks what a restart finds: the old or the new version whole, never a mix, the fence
+// consistent with it, no temp files left.
+TEST_CASE("kill -9 at every step of a write") {
+    if (!detail::failpoints_compiled()) {
+        MESSAGE("skipped: configure with -DFK_FAILPOINTS=ON");
+        return;
+    }
+    struct point {
+        const char* name;
+        bool committed; // the journal record exists (in the page cache at least)
+    };
+    const point points[] = {{"before_body_fsync", false},    {"after_body_fsync", false},
+                            {"before_journal_write", false}, {"after_journal_write", true},
+                            {"after_journal_sync", true},    {"after_rename", true},
+                            {"before_reply", true}};
+    for (const auto& pt : points) {
+        CAPTURE(pt.name);
+        temp_dir dir;
+        {
+            net::io_context io;
+            auto s = open_ok(io, dir.path);
+            REQUIRE(run(io, s->put(put_req("d/k", "L", 1, "old"))).error == errc::ok);
+        }
+        pid_t child = ::fork();
+        REQUIRE(child >= 0);
+        if (child == 0) {
+            detail::set_failpoint_for_tests(pt.name);
+            net::io_context io;
+            auto r = open_file_store(io, dir.path.string(), {});
+            if (auto* s = std::get_if<std::unique_ptr<store>>(&r))
+                run(io, (*s)->put(put_req("d/k", "L", 2, "new body")));
+            ::_exit(3); // the failpoint was not reached
+        }
+        int status = 0;
+        REQUIRE(::waitpid(child, &status, 0) == child);
+        REQUIRE(WIFSIGNALED(status));
+        CHECK(WTERMSIG(status) == SIGKILL);
+
+        net::io_context io;
+        auto s = open_ok(io, dir.path);
+        auto g = run(io, s->get("d/k", true));
+        REQUIRE(g.error == errc::ok);
+        if (pt.committed) {
+            CHECK(g.body == "new body");
+            CHECK(g.version == 2);
+            CHECK(run(io, s->read_fence("L")).fence.token == 2);
+            CHECK(run(io, s->put(put_req("d/k", "L", 1, "zombie"))).error == errc::stale_token);
+        } else {
+            CHECK(g.body == "old");
+            CHECK(g.version == 1);
+            CHECK(run(io, s->read_fence("L")).fence.token == 1);
+        }
+        for (auto& e : fs::recursive_directory_iterator(dir.path / "objects"))
+            CHECK_MESSAGE(e.path().filename().string().find("~tmp~") == std::string::npos,
+                          e.path());
+    }
+}
+
+TEST_CASE("kill -9 while replacing the journal with a snapshot") {
+    if (!detail::failpoints_compiled()) {
+        MESSAGE("skipped: configure with -DFK_FAILPOINTS=ON");
+        return;
+    }
+    for (const char* name : {"snapshot_before_rename", "snapshot_after_rename"}) {
+        CAPTURE(name);
+        temp_dir dir;
+        {
+            net::io_context io;
+            auto s = open_ok(io, dir.path);
+            REQUIRE(run(io, s->put(put_req("k", "L", 4, "v"))).error == errc::ok);
+        }
+        pid_t child = ::fork();
+        REQUIRE(child >= 0);
+        if (child == 0) {
+            detail::set_failpoint_for_tests(name);
+            net::io_context io;
+            auto r = open_file_store(io, dir.path.string(), {});
+            ::_exit(3);
+        }
+        int status = 0;
+        REQUIRE(::waitpid(child, &status, 0) == child);
+        CHECK(WIFSIGNALED(status));
+        net::io_context io;
+        auto s = open_ok(io, dir.path);
+        CHECK(run(io, s->get("k", true)).body == "v");
+        CHECK(run(io, s->read_fence("L")).fence.token == 4);
     }
 }

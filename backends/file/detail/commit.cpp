@@ -21,7 +21,7 @@ namespace {
 std::atomic<bool> hold_commits{false};
 std::atomic<std::uint64_t> enqueued{0};
 
-constexpr std::uint64_t min_compaction_bytes = 64ull << 20;
+std::atomic<std::uint64_t> min_compaction_bytes{64ull << 20};
 
 std::int64_t now_ms() {
     using namespace std::chrono;
@@ -32,6 +32,9 @@ std::int64_t now_ms() {
 
 void set_commit_hold_for_tests(bool hold) {
     hold_commits = hold;
+}
+void set_compaction_threshold_for_tests(std::uint64_t bytes) {
+    min_compaction_bytes = bytes ? bytes : 64ull << 20;
 }
 std::uint64_t enqueued_for_tests() {
     return enqueued.load();
@@ -332,13 +335,16 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
 void file_store::maybe_compact() {
     if (failed_)
         return;
-    if (journal_bytes_ < std::max({min_compaction_bytes, 4 * snapshot_bytes_, next_compaction_}))
+    const std::uint64_t min_bytes = min_compaction_bytes.load();
+    if (journal_bytes_ < std::max({min_bytes, 4 * snapshot_bytes_, next_compaction_}))
         return;
     std::string error;
-    if (write_snapshot(error) != 0) {
+    if (write_snapshot(error) == 0) {
+        next_compaction_ = 0;
+    } else {
         logging::write(logging::level::warn, "file store journal compaction failed",
                        {{"root", root_}, {"error", error}});
-        next_compaction_ = journal_bytes_ + min_compaction_bytes; // try again later
+        next_compaction_ = journal_bytes_ + min_bytes; // try again later
     }
 }
 

@@ -168,5 +168,7 @@ private:
 // and count items ever handed to any committer.
 void set_commit_hold_for_tests(bool hold);
 std::uint64_t enqueued_for_tests();
+// Compact the journal once it reaches max(bytes, 4 × last snapshot); 0 restores 64 MiB.
+void set_compaction_threshold_for_tests(std::uint64_t bytes);
 
 } // namespace fk::store::detail

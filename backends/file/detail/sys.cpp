@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,25 +131,51 @@ std::string errno_text(std::string_view what, int err) {
     return s;
 }
 
+namespace {
+
+struct failpoint_target {
+    std::string name;
+    long at_hit = 1;
+    long hits = 0;
+};
+std::mutex failpoint_mutex;
+std::optional<failpoint_target> failpoint;
+
+failpoint_target parse_failpoint(std::string spec) {
+    failpoint_target t;
+    if (auto colon = spec.find(':'); colon != std::string::npos) {
+        t.at_hit = std::strtol(spec.c_str() + colon + 1, nullptr, 10);
+        spec.resize(colon);
+    }
+    t.name = std::move(spec);
+    return t;
+}
+
+} // namespace
+
 void failpoint_hit(const char* name) noexcept {
-    // Parsed once: FK_FAILPOINT=name or name:N (kill at the N-th hit, 1-based).
-    static const auto target = [] {
-        std::pair<std::string, long> t{"", 1};
-        if (const char* env = std::getenv("FK_FAILPOINT")) {
-            std::string v(env);
-            if (auto colon = v.find(':'); colon != std::string::npos) {
-                t.second = std::strtol(v.c_str() + colon + 1, nullptr, 10);
-                v.resize(colon);
-            }
-            t.first = v;
-        }
-        return t;
-    }();
-    static std::atomic<long> hits{0};
-    if (target.first.empty() || target.first != name)
+    std::lock_guard lock(failpoint_mutex);
+    if (!failpoint) {
+        const char* env = std::getenv("FK_FAILPOINT");
+        failpoint = parse_failpoint(env ? env : "");
+    }
+    if (failpoint->name.empty() || failpoint->name != name)
         return;
-    if (hits.fetch_add(1) + 1 >= target.second)
+    if (++failpoint->hits >= failpoint->at_hit)
         ::raise(SIGKILL);
+}
+
+void set_failpoint_for_tests(const std::string& spec) {
+    std::lock_guard lock(failpoint_mutex);
+    failpoint = parse_failpoint(spec);
+}
+
+bool failpoints_compiled() noexcept {
+#if defined(FK_FAILPOINTS)
+    return true;
+#else
+    return false;
+#endif
 }
 
 } // namespace fk::store::detail

@@ -67,6 +67,10 @@ void set_fsync_fault_for_tests(fsync_fault fault);
 // Fault-test kill points (CMake option FK_FAILPOINTS): FK_FAILPOINT=name (or name:N for
 // the N-th hit) in the environment makes the process SIGKILL itself at that point.
 void failpoint_hit(const char* name) noexcept;
+// Tests: whether FK_FAILPOINTS was compiled in, and a replacement for the environment
+// variable (same "name" or "name:N" syntax; "" disarms).
+bool failpoints_compiled() noexcept;
+void set_failpoint_for_tests(const std::string& spec);
 
 } // namespace fk::store::detail
 
