@@ -1,0 +1,68 @@
+#pragma once
+// The listener: binds, accepts, and gives each connection its own session coroutine on
+// its own strand (Beast's advanced_server_flex_awaitable shape). SIGTERM / SIGINT start
+// a graceful drain: stop accepting, let in-flight requests finish, close idle
+// keep-alive connections, and force-close whatever is left at the shutdown deadline.
+
+#include "backends/net.hpp"
+#include "backends/store.hpp"
+#include "config/settings.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace fk::proxy {
+
+class connection_registry;
+
+class server {
+public:
+    // `store` and `settings` must outlive the server and every session it started.
+    server(net::io_context& io, store::store& store, const config::settings& settings);
+    ~server();
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    // Resolves settings.listen_host and binds settings.listen_port (0 picks a free one).
+    // Returns a message naming the address on failure.
+    std::optional<std::string> listen();
+    // The bound address ("127.0.0.1:43127"; IPv6 in brackets).
+    std::string local_address() const;
+
+    // Starts accepting and watching SIGTERM / SIGINT. Call after listen().
+    void start();
+
+    // Starts the graceful drain, as a first SIGTERM does. Thread-safe, idempotent.
+    void shutdown();
+    // Blocks the calling thread (never an I/O thread) until every connection has closed
+    // or the shutdown deadline has passed and the rest were closed.
+    void wait_drained();
+
+    std::size_t open_connections() const;
+
+private:
+    net::awaitable<void> accept_loop();
+    void watch_signals();
+    void drained();
+
+    net::io_context& io_;
+    store::store& store_;
+    const config::settings& settings_;
+    net::ip::tcp::acceptor acceptor_;
+    net::signal_set signals_;
+    net::steady_timer deadline_;
+    std::shared_ptr<connection_registry> registry_;
+    std::atomic<bool> shutting_down_{false};
+    std::atomic<bool> drained_flag_{false};
+    std::promise<void> drained_;
+};
+
+} // namespace fk::proxy

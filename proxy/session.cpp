@@ -1,0 +1,258 @@
+#include "proxy/session.hpp"
+
+#include "config/logging.hpp"
+#include "proxy/connection_registry.hpp"
+#include "proxy/detail/endpoint.hpp"
+#include "proxy/error_response.hpp"
+#include "proxy/handlers.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <limits>
+#include <optional>
+
+namespace fk::proxy {
+
+namespace {
+
+using net::ip::tcp;
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+// Bytes asked for per read while waiting for a request.
+constexpr std::size_t read_chunk = 16 * 1024;
+// After an error reply, what the client still sends is read and dropped for up to this
+// long before the socket closes, so that a reset does not destroy the reply unread
+// (the "lingering close" of RFC 9112 §9.6).
+constexpr std::chrono::seconds linger_time{2};
+constexpr std::size_t linger_max_bytes = 64 * 1024 * 1024;
+
+bool is_http_error(const beast::error_code& ec) {
+    return ec.category() == beast::http::make_error_code(http::error::bad_method).category();
+}
+
+// Framing the contract refuses on top of what Beast's parser refuses (CONTRACT §5):
+// Content-Length together with Transfer-Encoding, a Transfer-Encoding other than
+// "chunked", Content-Length given twice (Beast accepts identical duplicates).
+std::optional<std::string> framing_problem(const request& req) {
+    auto content_lengths = req.count(http::field::content_length);
+    auto transfer_encodings = req.count(http::field::transfer_encoding);
+    if (content_lengths > 0 && transfer_encodings > 0)
+        return "both Content-Length and Transfer-Encoding";
+    if (content_lengths > 1)
+        return "Content-Length given more than once";
+    if (content_lengths == 1 &&
+        std::string_view{req[http::field::content_length]}.find(',') != std::string_view::npos)
+        return "Content-Length given more than once";
+    if (transfer_encodings > 1)
+        return "Transfer-Encoding given more than once";
+    if (transfer_encodings == 1 && !beast::iequals(req[http::field::transfer_encoding], "chunked"))
+        return "unsupported Transfer-Encoding (only 'chunked' is accepted)";
+    return std::nullopt;
+}
+
+bool expects_continue(const request& req) {
+    return req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue");
+}
+
+std::string peer_of(const tcp::socket& socket) {
+    beast::error_code ec;
+    auto ep = socket.remote_endpoint(ec);
+    return ec ? std::string{"unknown"} : detail::format_endpoint(ep);
+}
+
+} // namespace
+
+session::session(tcp::socket socket, store::store& store, const config::settings& settings,
+                 std::shared_ptr<connection_registry> registry)
+    : stream_(std::move(socket)), store_(store), settings_(settings),
+      registry_(std::move(registry)), peer_(peer_of(stream_.socket())) {}
+
+void session::drain() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+        self->draining_ = true;
+        if (self->idle_)
+            self->stream_.cancel();
+    });
+}
+
+void session::close() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+        self->draining_ = true;
+        self->closed_ = true;
+        beast::error_code ec;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+        self->stream_.close();
+    });
+}
+
+net::awaitable<void> session::run() {
+    auto id = registry_->add(shared_from_this());
+    if (id == 0) {
+        // Accepted just as the drain began.
+        stream_.close();
+        co_return;
+    }
+    struct deregister {
+        connection_registry& registry;
+        std::uint64_t id;
+        ~deregister() { registry.remove(id); }
+    } guard{*registry_, id};
+
+    co_await serve();
+    if (!closed_)
+        stream_.close();
+}
+
+// Waits for the first byte of the next request (already buffered when pipelined).
+// False when the connection should end instead.
+net::awaitable<bool> session::wait_for_request() {
+    if (buffer_.size() > 0)
+        co_return true;
+    if (draining_)
+        co_return false;
+    idle_ = true;
+    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(read_chunk), use_tuple);
+    idle_ = false;
+    if (ec)
+        co_return false; // closed by the client, idle deadline, or drain
+    buffer_.commit(n);
+    co_return !closed_;
+}
+
+net::awaitable<void> session::serve() {
+    const auto& limits = settings_.http;
+    const auto header_limit = static_cast<std::uint32_t>(
+        std::min<std::size_t>(limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max()));
+
+    // A new connection gets header_timeout to start its first request; a kept-alive one
+    // gets idle_timeout to start the next.
+    stream_.expires_after(limits.header_timeout);
+    for (bool first = true;; first = false) {
+        if (!first)
+            stream_.expires_after(limits.idle_timeout);
+        if (!co_await wait_for_request())
+            co_return;
+
+        http::request_parser<http::string_body> parser;
+        parser.header_limit(header_limit);
+        parser.body_limit(static_cast<std::uint64_t>(limits.max_body_bytes));
+
+        stream_.expires_after(limits.header_timeout);
+        auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, use_tuple);
+        const request& head = parser.get();
+        if (hec) {
+            if (hec == http::error::header_limit)
+                co_await reply_and_close(errc::headers_too_large,
+                                         "request line and headers exceed " +
+                                             std::to_string(limits.max_header_bytes) + " bytes",
+                                         false, 11, request_id_of(head));
+            else if (hec == http::error::body_limit)
+                co_await reply_and_close(
+                    errc::body_too_large,
+                    "request body exceeds " + std::to_string(limits.max_body_bytes) + " bytes",
+                    head.method() == http::verb::head, head.version(), request_id_of(head));
+            else if (is_http_error(hec) && hec != http::error::partial_message &&
+                     hec != http::error::end_of_stream)
+                co_await reply_and_close(errc::invalid_request,
+                                         "malformed request: " + hec.message(), false, 11,
+                                         request_id_of(head));
+            co_return; // otherwise: closed, timed out or drained mid-header
+        }
+        if (auto problem = framing_problem(head)) {
+            co_await reply_and_close(errc::invalid_request, *problem,
+                                     head.method() == http::verb::head, head.version(),
+                                     request_id_of(head));
+            co_return;
+        }
+
+        if (!parser.is_done()) {
+            if (expects_continue(head)) {
+                http::response<http::empty_body> go_on{http::status::continue_, 11};
+                stream_.expires_after(limits.write_timeout);
+                auto [wec, wn] = co_await http::async_write(stream_, go_on, use_tuple);
+                if (wec)
+                    co_return;
+            }
+            stream_.expires_after(limits.body_timeout);
+            auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, use_tuple);
+            if (bec) {
+                if (bec == http::error::body_limit)
+                    co_await reply_and_close(errc::body_too_large,
+                                             "request body exceeds " +
+                                                 std::to_string(limits.max_body_bytes) + " bytes",
+                                             false, head.version(), request_id_of(head));
+                else if (is_http_error(bec) && bec != http::error::partial_message &&
+                         bec != http::error::end_of_stream)
+                    co_await reply_and_close(errc::invalid_request,
+                                             "malformed request body: " + bec.message(), false,
+                                             head.version(), request_id_of(head));
+                co_return;
+            }
+        }
+
+        // The store has its own deadlines; the socket has none while the handler runs.
+        stream_.expires_never();
+        handler_context ctx{store_, settings_, peer_, {}};
+        response res = co_await handle_request(ctx, parser.release());
+        if (closed_)
+            co_return;
+        if (draining_)
+            res.keep_alive(false);
+
+        stream_.expires_after(limits.write_timeout);
+        auto [wec, wn] = co_await http::async_write(stream_, res, use_tuple);
+        if (wec)
+            co_return;
+        if (!res.keep_alive()) {
+            co_await linger_close();
+            co_return;
+        }
+    }
+}
+
+net::awaitable<void> session::reply_and_close(errc code, std::string message, bool head,
+                                              unsigned version, std::string request_id) {
+    if (logging::enabled(logging::level::debug))
+        logging::write(logging::level::debug, "request refused before routing",
+                       {{"error", to_string(code)},
+                        {"detail", message},
+                        {"peer", peer_},
+                        {"request_id", request_id}});
+    response res = make_error_response(code, std::move(message));
+    finish_response(res, head, version, false, request_id);
+    stream_.expires_after(settings_.http.write_timeout);
+    auto [ec, n] = co_await http::async_write(stream_, res, use_tuple);
+    if (!ec)
+        co_await linger_close();
+}
+
+net::awaitable<void> session::linger_close() {
+    if (closed_)
+        co_return;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec)
+        co_return;
+    stream_.expires_after(linger_time);
+    std::array<char, 16 * 1024> scratch;
+    for (std::size_t total = 0; total < linger_max_bytes;) {
+        auto [rec, n] = co_await stream_.async_read_some(net::buffer(scratch), use_tuple);
+        if (rec || closed_)
+            break;
+        total += n;
+    }
+}
+
+} // namespace fk::proxy
