@@ -1,0 +1,87 @@
+#include "proxy/detail/json_depth.hpp"
+#include "proxy/detail/request_id.hpp"
+#include "proxy/detail/rfc3339.hpp"
+
+#include "proxy/handlers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/beast/http/field.hpp>
+
+#include <set>
+#include <string>
+
+using namespace fk::proxy;
+namespace http = boost::beast::http;
+
+TEST_CASE("rfc3339: UTC with milliseconds") {
+    CHECK(detail::format_rfc3339_ms(0) == "1970-01-01T00:00:00.000Z");
+    CHECK(detail::format_rfc3339_ms(1'795'946'400'123) == "2026-11-29T10:00:00.123Z");
+    CHECK(detail::format_rfc3339_ms(951'782'400'007) == "2000-02-29T00:00:00.007Z");
+    CHECK(detail::format_rfc3339_ms(-1) == "1969-12-31T23:59:59.999Z");
+}
+
+TEST_CASE("request ids") {
+    CHECK(detail::is_acceptable_request_id("a"));
+    CHECK(detail::is_acceptable_request_id("trace-1 2/3"));
+    CHECK(detail::is_acceptable_request_id(std::string(128, '~')));
+    CHECK_FALSE(detail::is_acceptable_request_id(""));
+    CHECK_FALSE(detail::is_acceptable_request_id(std::string(129, 'a')));
+    CHECK_FALSE(detail::is_acceptable_request_id("a\x7f"));
+    CHECK_FALSE(detail::is_acceptable_request_id("\xc3\xa9"));
+    CHECK(detail::request_id_for(std::string_view{"mine"}) == "mine");
+    std::set<std::string> seen;
+    for (int i = 0; i < 1000; ++i) {
+        auto id = detail::generate_request_id();
+        CHECK(id.size() == 16);
+        CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+        seen.insert(id);
+    }
+    CHECK(seen.size() == 1000);
+}
+
+TEST_CASE("json nesting pre-check") {
+    CHECK_FALSE(detail::json_nesting_exceeds(R"({"params":[1,[2,{"a":[3]}]]})", 5));
+    CHECK(detail::json_nesting_exceeds(R"({"params":[1,[2,{"a":[3]}]]})", 4));
+    CHECK_FALSE(detail::json_nesting_exceeds(R"({"params":["[[[[[[", "\"[[[["]})", 2));
+    CHECK(detail::json_nesting_exceeds(std::string(100, '['), 32));
+    CHECK_FALSE(detail::json_nesting_exceeds("]]]]]]", 1));
+}
+
+TEST_CASE("finish_response") {
+    SUBCASE("framing, version and request id") {
+        response res{http::status::ok, 11};
+        res.body() = "abc";
+        finish_response(res, false, 11, true, "rid");
+        CHECK(res[http::field::content_length] == "3");
+        CHECK(res["X-Request-Id"] == "rid");
+        CHECK(res.keep_alive());
+        CHECK(res.version() == 11);
+    }
+    SUBCASE("HEAD keeps the GET Content-Length and drops the body") {
+        response res{http::status::ok, 11};
+        res.body() = "abcdef";
+        finish_response(res, true, 11, true, "rid");
+        CHECK(res.body().empty());
+        CHECK(res[http::field::content_length] == "6");
+        response sized{http::status::ok, 11};
+        sized.content_length(42);
+        finish_response(sized, true, 11, true, "rid");
+        CHECK(sized[http::field::content_length] == "42");
+    }
+    SUBCASE("204 has no Content-Length") {
+        response res{http::status::no_content, 11};
+        finish_response(res, false, 11, true, "rid");
+        CHECK(res.find(http::field::content_length) == res.end());
+    }
+    SUBCASE("HTTP/1.0 and close") {
+        response res{http::status::ok, 11};
+        finish_response(res, false, 10, false, "rid");
+        CHECK(res.version() == 10);
+        CHECK_FALSE(res.keep_alive());
+        response odd{http::status::ok, 11};
+        finish_response(odd, false, 20, false, "rid");
+        CHECK(odd.version() == 11);
+        CHECK(odd[http::field::connection] == "close");
+    }
+}
