@@ -1,0 +1,383 @@
+// Fuzzes the whole request path short of the socket: raw bytes → Beast's request parser
+// (with the configured header and body limits) → router → handlers → fence rule → an
+// in-memory store. Several pipelined requests share one store, so the fuzzer can build
+// up fences and keys and then attack them.
+//
+// Besides "never crash", it checks CONTRACT §2 and §5 on every response:
+// - a write (PUT/DELETE resource, PUT fence, POST operation) answered 2xx was applied by
+//   the store with the token and lock the request named, never below the fence;
+// - a write answered with anything else left every key and fence it touched unchanged;
+// - fences never go down;
+// - a store failure (injected) never becomes a 2xx;
+// - every response has X-Request-Id, and every error is JSON {error, message} whose code
+//   matches its status (405 with Allow, 409 stale_token with current_token > token).
+//
+// Input layout: byte 0 chooses a store failure to inject (bits 0-1: none, unavailable,
+// outcome_unknown, internal) and the request it hits (bits 2-4); the rest is the bytes a
+// client would send.
+
+#include "config/logging.hpp"
+#include "config/settings.hpp"
+#include "fence/error.hpp"
+#include "fence/token.hpp"
+#include "proxy/error_response.hpp"
+#include "proxy/handlers.hpp"
+#include "proxy/router.hpp"
+#include "tests/fuzz/fuzz_check.hpp"
+#include "tests/support/memory_store.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+namespace st = fk::store; // not "store": that names the base class inside recording_store
+namespace net = fk::net;
+namespace proxy = fk::proxy;
+namespace fence = fk::fence;
+using fk::errc;
+
+enum class call_kind { put, remove, advance, operation, read };
+
+// One store call as the store saw it, with the state of its key and lock around it.
+struct store_call {
+    call_kind kind = call_kind::read;
+    std::string key; // empty for fence and operation calls
+    std::string lock;
+    fence::token_t token = 0;
+    std::string body; // put only
+    errc result = errc::ok;
+    std::optional<std::string> body_before, body_after;
+    std::optional<fence::token_t> fence_before, fence_after;
+};
+
+// Forwards to the in-memory store and records every call.
+class recording_store final : public st::store {
+public:
+    explicit recording_store(fk::test::memory_store& inner) : inner_(inner) {}
+
+    std::vector<store_call> calls;
+
+    net::awaitable<st::write_result> put(st::put_request req) override {
+        auto c = begin(call_kind::put, req.key, req.lock, req.token);
+        c.body = req.body;
+        auto r = co_await inner_.put(std::move(req));
+        finish(c, r.error);
+        co_return r;
+    }
+    net::awaitable<st::write_result> remove(st::delete_request req) override {
+        auto c = begin(call_kind::remove, req.key, req.lock, req.token);
+        auto r = co_await inner_.remove(std::move(req));
+        finish(c, r.error);
+        co_return r;
+    }
+    net::awaitable<st::object_result> get(std::string key, bool with_body) override {
+        auto c = begin(call_kind::read, key, {}, 0);
+        auto r = co_await inner_.get(std::move(key), with_body);
+        finish(c, r.error);
+        co_return r;
+    }
+    net::awaitable<st::write_result> advance_fence(std::string lock,
+                                                      st::token_t token) override {
+        auto c = begin(call_kind::advance, {}, lock, token);
+        auto r = co_await inner_.advance_fence(std::move(lock), token);
+        finish(c, r.error);
+        co_return r;
+    }
+    net::awaitable<st::fence_result> read_fence(std::string lock) override {
+        auto c = begin(call_kind::read, {}, lock, 0);
+        auto r = co_await inner_.read_fence(std::move(lock));
+        finish(c, r.error);
+        co_return r;
+    }
+    net::awaitable<st::list_result> list_fences(st::list_request req) override {
+        auto c = begin(call_kind::read, {}, {}, 0);
+        auto r = co_await inner_.list_fences(std::move(req));
+        finish(c, r.error);
+        co_return r;
+    }
+    bool supports_operations() const noexcept override { return inner_.supports_operations(); }
+    net::awaitable<st::operation_result> run_operation(st::operation_request req) override {
+        auto c = begin(call_kind::operation, {}, req.lock, req.token);
+        auto r = co_await inner_.run_operation(std::move(req));
+        finish(c, r.error);
+        co_return r;
+    }
+    bool ready() const noexcept override { return inner_.ready(); }
+    void stop() override { inner_.stop(); }
+
+private:
+    store_call begin(call_kind kind, const std::string& key, const std::string& lock,
+                     fence::token_t token) const {
+        store_call c;
+        c.kind = kind;
+        c.key = key;
+        c.lock = lock;
+        c.token = token;
+        if (!key.empty())
+            c.body_before = inner_.body_of(key);
+        if (!lock.empty())
+            c.fence_before = inner_.fence_of(lock);
+        return c;
+    }
+    void finish(store_call& c, errc result) {
+        c.result = result;
+        if (!c.key.empty())
+            c.body_after = inner_.body_of(c.key);
+        if (!c.lock.empty())
+            c.fence_after = inner_.fence_of(c.lock);
+        calls.push_back(std::move(c));
+    }
+
+    fk::test::memory_store& inner_;
+};
+
+const fk::config::settings& fuzz_settings() {
+    static const fk::config::settings s = [] {
+        fk::config::settings v;
+        v.http.max_header_bytes = 1024; // small, so that the fuzzer reaches the limits
+        v.http.max_body_bytes = 4096;
+        v.operations["touch"] = fk::config::operation{"select 1"};
+        return v;
+    }();
+    return s;
+}
+
+std::optional<errc> code_named(std::string_view name) {
+    for (int i = 1; i <= static_cast<int>(errc::outcome_unknown); ++i)
+        if (fk::to_string(static_cast<errc>(i)) == name)
+            return static_cast<errc>(i);
+    return std::nullopt;
+}
+
+bool is_2xx(const proxy::response& res) {
+    return res.result_int() >= 200 && res.result_int() < 300;
+}
+
+struct write_request {
+    call_kind kind;
+    std::string name; // key, lock or operation name from the path
+};
+
+// What the router makes of a request that changes state, if it does.
+std::optional<write_request> write_of(const proxy::request& req) {
+    const auto m = proxy::match_route(req.method(), req.target());
+    if (m.error != errc::ok)
+        return std::nullopt;
+    const auto verb = req.method();
+    if (m.kind == proxy::route::resource && verb == boost::beast::http::verb::put)
+        return write_request{call_kind::put, m.name};
+    if (m.kind == proxy::route::resource && verb == boost::beast::http::verb::delete_)
+        return write_request{call_kind::remove, m.name};
+    if (m.kind == proxy::route::fence && verb == boost::beast::http::verb::put)
+        return write_request{call_kind::advance, m.name};
+    if (m.kind == proxy::route::operation && verb == boost::beast::http::verb::post)
+        return write_request{call_kind::operation, m.name};
+    return std::nullopt;
+}
+
+// The token the request carries, read from its headers the way CONTRACT §3 says.
+fence::token_result token_in(const proxy::request& req) {
+    auto first = [&](std::string_view field) {
+        std::size_t count = 0;
+        std::optional<std::string_view> value;
+        auto [it, end] = req.equal_range(field);
+        for (; it != end; ++it)
+            if (count++ == 0)
+                value = std::string_view{it->value()};
+        return std::pair{count, value};
+    };
+    const auto [n, v] = first("Fencing-Token");
+    const auto [an, av] = first("X-Fencing-Token");
+    return fence::token_from_headers(n, v, an, av);
+}
+
+void check_error_body(const proxy::response& res, bool head) {
+    FK_FUZZ_CHECK(res[boost::beast::http::field::content_type] == "application/json");
+    if (head)
+        return;
+    const auto body = nlohmann::json::parse(res.body(), nullptr, false);
+    FK_FUZZ_CHECK(body.is_object());
+    FK_FUZZ_CHECK(body.contains("error") && body["error"].is_string());
+    FK_FUZZ_CHECK(body.contains("message") && body["message"].is_string());
+    const auto code = code_named(body["error"].get<std::string>());
+    FK_FUZZ_CHECK(code.has_value());
+    FK_FUZZ_CHECK(static_cast<unsigned>(proxy::status_for(*code)) == res.result_int());
+    if (*code == errc::stale_token) {
+        FK_FUZZ_CHECK(body.contains("token") && body.contains("current_token"));
+        FK_FUZZ_CHECK(body["current_token"].get<std::int64_t>() >
+                      body["token"].get<std::int64_t>());
+    }
+    if (*code == errc::method_not_allowed)
+        FK_FUZZ_CHECK(!res[boost::beast::http::field::allow].empty());
+}
+
+// Store-level invariants for every recorded call.
+void check_call(const store_call& c) {
+    if (c.fence_before && c.fence_after)
+        FK_FUZZ_CHECK(*c.fence_after >= *c.fence_before); // fences never go down
+    if (c.fence_before && !c.lock.empty())
+        FK_FUZZ_CHECK(c.fence_after.has_value()); // nor disappear
+    if (c.kind == call_kind::read || c.result != errc::ok) {
+        // Reads and failed writes change nothing they touch.
+        FK_FUZZ_CHECK(c.body_before == c.body_after);
+        FK_FUZZ_CHECK(c.fence_before == c.fence_after);
+        return;
+    }
+    // An applied write passed the fence and moved it to its token.
+    FK_FUZZ_CHECK(!c.fence_before || c.token >= *c.fence_before);
+    FK_FUZZ_CHECK(c.fence_after == c.token);
+    if (c.kind == call_kind::put)
+        FK_FUZZ_CHECK(c.body_after == c.body);
+    if (c.kind == call_kind::remove)
+        FK_FUZZ_CHECK(!c.body_after.has_value());
+}
+
+void check_response(const proxy::request& req, const proxy::response& res,
+                    const std::vector<store_call>& calls, std::optional<errc> injected) {
+    const bool head = req.method() == boost::beast::http::verb::head;
+    FK_FUZZ_CHECK(res.result_int() >= 200 && res.result_int() <= 599);
+    FK_FUZZ_CHECK(!res["X-Request-Id"].empty());
+    if (head)
+        FK_FUZZ_CHECK(res.body().empty());
+    if (res.result_int() >= 400)
+        check_error_body(res, head);
+
+    for (const auto& c : calls)
+        check_call(c);
+
+    const auto write = write_of(req);
+    std::size_t applied = 0;
+    for (const auto& c : calls)
+        if (c.kind != call_kind::read && c.result == errc::ok)
+            ++applied;
+
+    if (!is_2xx(res)) {
+        // Nothing the client was told failed reached the store.
+        FK_FUZZ_CHECK(applied == 0);
+    } else if (write) {
+        // The 2xx rests on exactly one applied write, made with the request's own token
+        // and name.
+        FK_FUZZ_CHECK(applied == 1);
+        const auto token = token_in(req);
+        FK_FUZZ_CHECK(token.error == errc::ok);
+        for (const auto& c : calls) {
+            if (c.kind == call_kind::read)
+                continue;
+            FK_FUZZ_CHECK(c.kind == write->kind);
+            FK_FUZZ_CHECK(c.token == token.value);
+            if (c.kind == call_kind::put || c.kind == call_kind::remove)
+                FK_FUZZ_CHECK(c.key == write->name);
+            if (c.kind == call_kind::advance)
+                FK_FUZZ_CHECK(c.lock == write->name);
+            const auto lock_fields = req.count("Fencing-Lock");
+            if (lock_fields == 1)
+                FK_FUZZ_CHECK(c.lock == std::string_view(req["Fencing-Lock"]));
+            else if (c.kind != call_kind::advance)
+                FK_FUZZ_CHECK(lock_fields == 0 && c.kind != call_kind::operation &&
+                              c.lock == write->name); // the lock defaults to the key
+        }
+    } else {
+        FK_FUZZ_CHECK(applied == 0); // GET, HEAD and friends write nothing
+    }
+
+    // An injected store failure is never reported as success.
+    if (injected && !calls.empty() && calls.front().result == *injected && *injected != errc::ok)
+        FK_FUZZ_CHECK(res.result_int() >= 500);
+}
+
+net::io_context& io() {
+    static net::io_context ctx;
+    return ctx;
+}
+
+proxy::response run_handler(proxy::handler_context& ctx, proxy::request req) {
+    std::optional<proxy::response> out;
+    std::exception_ptr error;
+    net::co_spawn(io(), proxy::handle_request(ctx, std::move(req)),
+                  [&](std::exception_ptr e, proxy::response r) {
+                      error = e;
+                      out = std::move(r);
+                  });
+    io().restart();
+    io().run();
+    FK_FUZZ_CHECK(!error); // handle_request promises never to throw
+    FK_FUZZ_CHECK(out.has_value());
+    return std::move(*out);
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    // Rejected writes log at info; the fuzzer would spend its time formatting them.
+    fk::logging::set_level(fk::logging::level::error);
+    return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size == 0)
+        return 0;
+    static constexpr errc failures[] = {errc::ok, errc::unavailable, errc::outcome_unknown,
+                                        errc::internal};
+    const errc failure = failures[data[0] & 3u];
+    const unsigned failing_request = (data[0] >> 2) & 7u;
+    std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+
+    const auto& settings = fuzz_settings();
+    fk::test::memory_store memory;
+    memory.add_operation("touch", [](const st::operation_request& o) {
+        st::operation_result r;
+        r.token = o.token;
+        r.rows_affected = 1;
+        r.rows_json = "[{\"ok\":true}]";
+        return r;
+    });
+    recording_store recorder(memory);
+    proxy::handler_context ctx{recorder, settings, "fuzz", {}};
+
+    for (unsigned n = 0; n < 16 && !rest.empty(); ++n) {
+        boost::beast::http::request_parser<boost::beast::http::string_body> parser;
+        parser.header_limit(static_cast<std::uint32_t>(settings.http.max_header_bytes));
+        parser.body_limit(settings.http.max_body_bytes);
+        parser.eager(true);
+        boost::beast::error_code ec;
+        while (!parser.is_done()) {
+            const auto used = parser.put(net::buffer(rest.data(), rest.size()), ec);
+            rest.remove_prefix(used);
+            if (ec == boost::beast::http::error::need_more && !rest.empty() && used > 0) {
+                ec = {};
+                continue;
+            }
+            if (ec == boost::beast::http::error::need_more)
+                parser.put_eof(ec);
+            break;
+        }
+        if (ec || !parser.is_done())
+            return 0; // a framing error: the session answers 400 and closes
+
+        auto req = parser.release();
+        const proxy::request copy = req; // the handler consumes the body
+        const std::optional<errc> injected =
+            failure != errc::ok && n == failing_request ? std::optional{failure} : std::nullopt;
+        if (injected)
+            memory.fail_next(*injected, 1);
+        recorder.calls.clear();
+        const auto res = run_handler(ctx, std::move(req));
+        check_response(copy, res, recorder.calls, injected);
+        if (injected)
+            memory.fail_next(errc::ok, 0);
+        if (!res.keep_alive())
+            break;
+    }
+    return 0;
+}
