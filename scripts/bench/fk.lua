@@ -1,0 +1,47 @@
+-- wrk script for scripts/bench.sh. Usage:
+--   wrk ... -s fk.lua URL -- put   TAG BODY_BYTES        one fresh lock+key per request,
+--                                                       token = per-thread counter
+--   wrk ... -s fk.lua URL -- cycle TAG BODY_BYTES KEYS TOKEN
+--                                                       PUT TAG-i under lock TAG-i,
+--                                                       i cycling over KEYS, fixed TOKEN
+--                                                       (primed higher: all stale -> 409)
+-- Every lock and key name is unique per request in put mode: TAG-<thread>-<n>.
+-- No response() callback: it would make wrk parse every body; wrk's "Non-2xx or 3xx
+-- responses" line is what bench.sh checks instead.
+
+local next_thread = 0
+function setup(thread)
+   thread:set("tid", next_thread)
+   next_thread = next_thread + 1
+end
+
+local mode, tag, body, keys, token
+local n = 0
+local hdrs = {}
+
+function init(args)
+   mode = args[1] or "put"
+   tag = args[2] or "w"
+   body = string.rep("x", tonumber(args[3] or "256"))
+   keys = tonumber(args[4] or "1000")
+   token = args[5] or "1"
+   -- Threads interleave over the key space in cycle mode.
+   n = tid
+end
+
+function request()
+   local name, tok
+   if mode == "put" then
+      n = n + 1
+      name = tag .. "-" .. tid .. "-" .. n
+      tok = tostring(n)
+   else
+      n = n + 1
+      name = tag .. "-" .. (n % keys)
+      tok = token
+   end
+   hdrs["Fencing-Lock"] = name
+   hdrs["Fencing-Token"] = tok
+   hdrs["Content-Type"] = "application/octet-stream"
+   return wrk.format("PUT", "/v1/resources/" .. name, hdrs, body)
+end
