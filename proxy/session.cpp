@@ -2,6 +2,7 @@
 
 #include "config/logging.hpp"
 #include "proxy/connection_registry.hpp"
+#include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/endpoint.hpp"
 #include "proxy/error_response.hpp"
 #include "proxy/handlers.hpp"
@@ -150,7 +151,7 @@ net::awaitable<void> session::serve() {
         parser.body_limit(static_cast<std::uint64_t>(limits.max_body_bytes));
 
         stream_.expires_after(limits.header_timeout);
-        auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, use_tuple);
+        auto hec = co_await read_header(parser);
         const request& head = parser.get();
         if (hec) {
             if (hec == http::error::header_limit)
@@ -163,6 +164,11 @@ net::awaitable<void> session::serve() {
                     errc::body_too_large,
                     "request body exceeds " + std::to_string(limits.max_body_bytes) + " bytes",
                     head.method() == http::verb::head, head.version(), request_id_of(head));
+            else if (hec == http::error::bad_value)
+                co_await reply_and_close(
+                    detail::classify_bad_header_value(std::string_view{
+                        static_cast<const char*>(buffer_.data().data()), buffer_.size()}),
+                    "a header value contains a control character", false, 11, request_id_of(head));
             else if (is_http_error(hec) && hec != http::error::partial_message &&
                      hec != http::error::end_of_stream)
                 co_await reply_and_close(errc::invalid_request,
@@ -219,6 +225,39 @@ net::awaitable<void> session::serve() {
             co_await linger_close();
             co_return;
         }
+    }
+}
+
+// Beast's own header_limit bounds each parse window, not the whole head (a head that
+// arrives in pieces is parsed field by field), so the total is counted here.
+net::awaitable<beast::error_code>
+session::read_header(http::request_parser<http::string_body>& parser) {
+    const std::size_t limit = settings_.http.max_header_bytes;
+    std::size_t consumed = 0;
+    for (;;) {
+        beast::error_code ec;
+        if (buffer_.size() > 0) {
+            auto used = parser.put(buffer_.data(), ec);
+            buffer_.consume(used);
+            consumed += used;
+            if (consumed > limit)
+                co_return http::error::header_limit;
+            if (!ec && parser.is_header_done())
+                co_return beast::error_code{};
+            if (ec && ec != http::error::need_more)
+                co_return ec;
+            if (!ec && used > 0)
+                continue;
+        }
+        // The head is incomplete: everything buffered still belongs to it.
+        if (consumed + buffer_.size() > limit)
+            co_return http::error::header_limit;
+        auto [rec, n] = co_await stream_.async_read_some(buffer_.prepare(read_chunk), use_tuple);
+        if (rec == net::error::eof)
+            co_return http::error::partial_message;
+        if (rec)
+            co_return rec;
+        buffer_.commit(n);
     }
 }
 

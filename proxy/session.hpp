@@ -11,6 +11,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -44,6 +46,7 @@ public:
 private:
     net::awaitable<void> serve();
     net::awaitable<bool> wait_for_request();
+    net::awaitable<beast::error_code> read_header(http::request_parser<http::string_body>& parser);
     net::awaitable<void> reply_and_close(errc code, std::string message, bool head,
                                          unsigned version, std::string request_id);
     net::awaitable<void> linger_close();

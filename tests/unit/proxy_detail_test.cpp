@@ -1,3 +1,4 @@
+#include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/json_depth.hpp"
 #include "proxy/detail/request_id.hpp"
 #include "proxy/detail/rfc3339.hpp"
@@ -84,4 +85,24 @@ TEST_CASE("finish_response") {
         CHECK(odd.version() == 11);
         CHECK(odd[http::field::connection] == "close");
     }
+}
+
+TEST_CASE("bad header values: our headers keep their error codes") {
+    using detail::classify_bad_header_value;
+    using fk::errc;
+    CHECK(classify_bad_header_value("Fencing-Lock: a\x01"
+                                    "b\r\nHost: x\r\n\r\n") == errc::invalid_name);
+    CHECK(classify_bad_header_value("Host: x\r\nfencing-lock: a\x7f\r\n\r\n") ==
+          errc::invalid_name);
+    CHECK(classify_bad_header_value("Fencing-Token: 5\x01\r\n\r\n") == errc::invalid_token);
+    CHECK(classify_bad_header_value(std::string_view{"X-Fencing-Token: \x00"
+                                                     "5\r\n\r\n",
+                                                     23}) == errc::invalid_token);
+    CHECK(classify_bad_header_value("X-Other: a\x01\r\nFencing-Lock: ok\r\n\r\n") ==
+          errc::invalid_request);
+    CHECK(classify_bad_header_value("Fencing-Lock: a\tb\r\n\r\n") == errc::invalid_request);
+    // Lines after the end of the head (a pipelined request) are not looked at.
+    CHECK(classify_bad_header_value("Host: x\r\n\r\nFencing-Lock: a\x01\r\n") ==
+          errc::invalid_request);
+    CHECK(classify_bad_header_value("") == errc::invalid_request);
 }
