@@ -71,14 +71,13 @@ def test_redis_lock_sh():
     with zombies.RedisClient(port) as c:
         fk.eq(c.call("EXISTS", "lock:" + lock), 0, "lock released after the command")
     # A command outliving the TTL must not release the next holder's lock.
-    slow = subprocess.Popen([sh, lock, "300", "--", "sleep", "0.8"], env=dict(os.environ, **env))
-    time.sleep(0.5)
-    # The lock expired under the slow holder: somebody else takes it (and releases it),
-    # then a third holder takes it and is holding it when the slow one finishes.
-    r = run([sh, lock, "10000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], dict(env, LOCK_WAIT_MS="0"))
-    holder = subprocess.Popen([sh, lock, "10000", "--", "sleep", "1.5"], env=dict(os.environ, **env))
-    slow.wait(10)
-    time.sleep(0.2)
+    slow = subprocess.Popen([sh, lock, "300", "--", "sleep", "2"], env=dict(os.environ, **env))
+    # Once the slow holder's lock expired somebody else takes it (and releases it) ...
+    r = run([sh, lock, "10000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], dict(env, LOCK_WAIT_MS="5000"))
+    fk.eq(r.returncode, 0, "holder after the TTL: %s" % r.stderr)
+    # ... and a third holder takes it and is holding it when the slow one finishes.
+    holder = subprocess.Popen([sh, lock, "10000", "--", "sleep", "4"], env=dict(os.environ, **env))
+    fk.eq(slow.wait(10), 0, "slow holder")
     with zombies.RedisClient(port) as c:
         fk.eq(c.call("EXISTS", "lock:" + lock), 1, "the slow holder released somebody else's lock")
     holder.wait(10)

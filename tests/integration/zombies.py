@@ -556,7 +556,7 @@ class ControlTarget:
 
 
 def cron_race(store, recorder, *, rounds, lock, redis_port, proxy=None, ttl_ms=400,
-              work_ms=60, seed=None, log=print):
+              work_ms=60, victim_work_ms=250, seed=None, log=print):
     """Three instances A, B, C. Each round every instance tries to produce the report
     reports/<lock>/round-NN: take the Redis lock (retrying), check the report is not
     there yet, "work" work_ms, write the report, release. Each round one random
@@ -583,7 +583,9 @@ def cron_race(store, recorder, *, rounds, lock, redis_port, proxy=None, ttl_ms=4
             victim = rng.choice(names)
             others = [n for n in names if n != victim]
             marks = {n: workers[n].mark() for n in names}
-            workers[victim].send("round %d %s" % (r, key))
+            # The victim's work is longer (still well within its TTL) so that the SIGSTOP
+            # surely lands mid-work even on a loaded machine.
+            workers[victim].send("round %d %s %d" % (r, key, victim_work_ms))
             w = workers[victim].wait_ev("working", 10, marks[victim])
             workers[victim].pause()
             paused_at = time.monotonic()
@@ -820,6 +822,7 @@ def worker_cron(a):
         if not parts or parts[0] == "quit":
             break
         rnd, key = int(parts[1]), parts[2]
+        work_ms = int(parts[3]) if len(parts) > 3 else a.work_ms
         while True:
             owner = owner_id(a.name)
             token = acquire(r, a.lock, owner, a.ttl_ms)
@@ -837,7 +840,7 @@ def worker_cron(a):
                     emit(ev="skip", key=key, round=rnd)
                     break
                 emit(ev="working", token=token, round=rnd)
-                work(a.work_ms)
+                work(work_ms)
                 value = "report %s by %s token=%d nonce=%s\n" % (key, a.name, token, fk.rand_name(8))
                 do_op("put", a.lock, key, token, value, lambda: target.write(key, value, token, a.lock))
                 break
