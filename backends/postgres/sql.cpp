@@ -156,8 +156,18 @@ std::string token_text(token_t t) {
     return std::to_string(t);
 }
 
+// If-Match travels as a bigint where 0 means "none" instead of NULL, so that pgbench
+// (which cannot send NULL) runs the very statement text the store prepares (see
+// bench_pgbench_script). Versions start at 1, so a client's If-Match of 0 or below can
+// never match; it is sent as -1, which keeps it a failing precondition.
+std::string_view if_match_param(int n) {
+    return n == 4 ? "nullif($4::bigint, 0)" : "nullif($6::bigint, 0)";
+}
+
 void add_preconditions(param_list& out, const fence::preconditions& pre) {
-    out.push_back(pre.if_match ? param::of(std::to_string(*pre.if_match)) : param::null());
+    out.push_back(param::of(!pre.if_match        ? "0"
+                            : *pre.if_match <= 0 ? "-1"
+                                                 : std::to_string(*pre.if_match)));
     out.push_back(param::of(pre.if_match_any ? "true" : "false"));
     out.push_back(param::of(pre.if_none_match_any ? "true" : "false"));
 }
@@ -314,16 +324,16 @@ std::string session_setup(std::chrono::milliseconds statement_timeout) {
 
 std::string put_sql(std::string_view schema) {
     return write_sql(schema,
-                     {"$1::text", "$2::text", "$3::bigint", "$4::bytea", "$5::text", "$6::bigint",
-                      "$7::boolean", "$8::boolean"},
+                     {"$1::text", "$2::text", "$3::bigint", "$4::bytea", "$5::text",
+                      std::string(if_match_param(6)), "$7::boolean", "$8::boolean"},
                      false);
 }
 
 std::string delete_sql(std::string_view schema) {
-    return write_sql(
-        schema,
-        {"$1::text", "$2::text", "$3::bigint", "", "", "$4::bigint", "$5::boolean", "$6::boolean"},
-        true);
+    return write_sql(schema,
+                     {"$1::text", "$2::text", "$3::bigint", "", "", std::string(if_match_param(4)),
+                      "$5::boolean", "$6::boolean"},
+                     true);
 }
 
 std::string advance_sql(std::string_view schema) {
@@ -366,6 +376,41 @@ std::string list_sql(std::string_view schema, bool bounded) {
 
 std::string op_fence_sql(std::string_view schema) {
     return with_schema("SELECT @S.fk_fence_step($1::text, $2::bigint)", schema);
+}
+
+std::string bench_single_write_sql(std::string_view schema) {
+    static constexpr std::string_view vars[] = {"key",          "lock",         "token",
+                                                "body",         "content_type", "if_match",
+                                                "if_match_any", "if_none_match"};
+    std::string s = put_sql(schema);
+    for (std::size_t i = 0; i < std::size(vars); ++i)
+        s = replace_all(std::move(s), "$" + std::to_string(i + 1), ":" + std::string(vars[i]));
+    return s + ";\n";
+}
+
+std::string bench_pgbench_script(std::string_view schema) {
+    std::string s =
+        "-- The fenced single-row upsert fencekeeper prepares as \"fk_put\" for every PUT\n"
+        "-- (backends/postgres/sql.cpp, put_sql), with $1..$8 written as pgbench variables.\n"
+        "-- GENERATED: do not edit. tests/unit/postgres_bench_sql_test.cpp checks that it equals\n"
+        "-- sql::bench_pgbench_script(\"" +
+        std::string(schema) +
+        "\"); FK_UPDATE_BENCH_SQL=1 ./unit_postgres rewrites it.\n"
+        "--\n"
+        "-- The schema must exist: start fencekeeper once against the database (it migrates\n"
+        "-- at start), then stop it. Run, for example:\n"
+        "--   pgbench -n -M prepared -c 32 -j 4 -T 20 -D body=0123456789abcdef \\\n"
+        "--           -D content_type=application/octet-stream -f pg_fenced_upsert.sql DB\n"
+        "-- Many locks, one key per lock (key = lock); token 1 equals the fence after the\n"
+        "-- first write, so every write is accepted and rewrites its row (an equal token\n"
+        "-- passes the fence). if_match 0 means no If-Match (pgbench cannot send NULL).\n"
+        "\\set key random(1, 1000000)\n"
+        "\\set lock :key\n"
+        "\\set token 1\n"
+        "\\set if_match 0\n"
+        "\\set if_match_any false\n"
+        "\\set if_none_match false\n";
+    return s + bench_single_write_sql(schema);
 }
 
 std::vector<statement> prepared_statements(std::string_view schema) {

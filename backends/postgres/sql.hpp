@@ -81,6 +81,15 @@ std::string read_fence_sql(std::string_view schema);
 std::string list_sql(std::string_view schema, bool bounded);
 std::string op_fence_sql(std::string_view schema);
 
+// For the benchmark (issue 6, scripts/bench/pg_fenced_upsert.sql): put_sql with $1..$8
+// written as the pgbench variables :key :lock :token :body :content_type :if_match
+// :if_match_any :if_none_match and a closing ';'. pgbench -M prepared turns them back into
+// parameters, so the baseline prepares and runs the very statement the store does.
+std::string bench_single_write_sql(std::string_view schema);
+// The whole pgbench script: a header saying how to run it, \set lines for one key per
+// lock and an always-accepted token, then bench_single_write_sql.
+std::string bench_pgbench_script(std::string_view schema);
+
 // One statement parameter. Text parameters own their value; binary ones (the body) view
 // the request's storage, which outlives the query.
 struct param {

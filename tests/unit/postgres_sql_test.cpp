@@ -89,7 +89,7 @@ TEST_CASE("prepared statements have distinct names and the right parameter count
     CHECK(sql::op_statement_name(3) == "fk_op_3");
 }
 
-TEST_CASE("put params: text except the binary body, NULL when no If-Match") {
+TEST_CASE("put params: text except the binary body, If-Match 0 when absent") {
     fk::store::put_request req;
     req.key = "k";
     req.lock = "L";
@@ -103,13 +103,16 @@ TEST_CASE("put params: text except the binary body, NULL when no If-Match") {
     CHECK(p[3].is_binary);
     CHECK(p[3].binary.size() == 3);
     CHECK(p[3].binary.data() == req.body.data()); // viewed, not copied
-    CHECK_FALSE(p[5].text.has_value());
+    CHECK(*p[5].text == "0");                     // no If-Match (pgbench cannot send NULL)
     CHECK(*p[6].text == "false");
     req.pre.if_match = 7;
     req.pre.if_none_match_any = true;
     p = sql::put_params(req);
     CHECK(*p[5].text == "7");
     CHECK(*p[7].text == "true");
+    // An If-Match that can never match (versions start at 1) stays a failing one.
+    req.pre.if_match = 0;
+    CHECK(*sql::put_params(req)[5].text == "-1");
 }
 
 TEST_CASE("list params: bounded by the prefix successor, limit + 1") {
