@@ -86,11 +86,12 @@ redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 redis-cli -p "$redis_port" ping >/dev/null 2>&1 || die "redis-server did not start: $(tail -5 "$tmp/redis.log")"
 
-"$bin" --listen 127.0.0.1:0 --store "file:$tmp/data" >"$tmp/fk.out" 2>"$tmp/fk.err" &
+: >"$tmp/fk.out"   # exists before the background job opens it (we read it right away)
+"$bin" --listen 127.0.0.1:0 --store "file:$tmp/data" >>"$tmp/fk.out" 2>"$tmp/fk.err" &
 fk_pid=$!
 fk=''
 for _ in $(seq 200); do
-  addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/fk.out" | head -n 1)
+  addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/fk.out" 2>/dev/null | head -n 1 || true)
   [[ -n $addr ]] && { fk="http://$addr"; break; }
   kill -0 "$fk_pid" 2>/dev/null || break
   sleep 0.05

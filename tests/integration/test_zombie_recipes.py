@@ -72,6 +72,10 @@ def test_redis_lock_sh():
         fk.eq(c.call("EXISTS", "lock:" + lock), 0, "lock released after the command")
     # A command outliving the TTL must not release the next holder's lock.
     slow = subprocess.Popen([sh, lock, "300", "--", "sleep", "2"], env=dict(os.environ, **env))
+    with zombies.RedisClient(port) as c:          # wait until it holds the lock
+        deadline = time.monotonic() + 10
+        while not c.call("EXISTS", "lock:" + lock) and time.monotonic() < deadline:
+            time.sleep(0.005)
     # Once the slow holder's lock expired somebody else takes it (and releases it) ...
     r = run([sh, lock, "10000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], dict(env, LOCK_WAIT_MS="5000"))
     fk.eq(r.returncode, 0, "holder after the TTL: %s" % r.stderr)
@@ -84,7 +88,10 @@ def test_redis_lock_sh():
     fk.check(int(r.stdout.strip()) > int(tok), "tokens increase: %r then %r" % (tok, r.stdout))
     # Waiting: LOCK_WAIT_MS retries until the lock is free.
     h = subprocess.Popen([sh, lock, "10000", "--", "sleep", "0.5"], env=dict(os.environ, **env))
-    time.sleep(0.2)
+    with zombies.RedisClient(port) as c:
+        deadline = time.monotonic() + 10
+        while not c.call("EXISTS", "lock:" + lock) and time.monotonic() < deadline:
+            time.sleep(0.005)
     r = run([sh, lock, "10000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], dict(env, LOCK_WAIT_MS="5000"))
     h.wait(10)
     fk.eq(r.returncode, 0, "waiting holder: %s" % r.stderr)
@@ -143,8 +150,12 @@ def test_postgres_recipes():
              % (r.stdout, r.stderr))
     r = run([sh, lock, "--", "sh", "-c", "exit 5"], env)
     fk.eq(r.returncode, 5, "exit status of the command (%s)" % r.stderr)
-    h = subprocess.Popen([sh, lock, "--", "sleep", "0.6"], env=dict(os.environ, **env))
-    time.sleep(0.3)
+    marker = os.path.join(fk.tmpdir("pg-lock"), "holding")
+    h = subprocess.Popen([sh, lock, "--", "sh", "-c", 'touch "$0"; sleep 0.6', marker],
+                         env=dict(os.environ, **env))
+    deadline = time.monotonic() + 10
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.005)
     r = run([sh, lock, "--", "sh", "-c", "echo $FENCING_TOKEN"], dict(env, LOCK_WAIT_MS="5000"))
     fk.eq(h.wait(10), 0, "first pg-lock.sh holder")
     fk.eq(r.returncode, 0, "waiting pg-lock.sh: %s" % r.stderr)
