@@ -271,7 +271,7 @@ def test_conditional_writes(store):
 
 BAD_TOKENS = ["", "+5", "-1", "0x2A", "1e3", "007", "00", "4 2", "5,6", "9223372036854775808",
               "18446744073709551616", "99999999999999999999", "1.5", "abc", "5a", " ", "\u0661".encode().decode("latin-1"),
-              "１".encode().decode("latin-1"), "0 0", "5;6"]
+              "１".encode().decode("latin-1"), "0 0", "5;6", "\x01", "5\x7f", "5\x00"]
 GOOD_TOKENS = [("0", 0), ("42", 42), ("  43  ", 43), ("\t44", 44), ("9223372036854775807", MAX_TOKEN)]
 
 
@@ -359,15 +359,9 @@ def test_invalid_names(store):
         expect_error(c.request("PUT", "/v1/resources/", headers=[("Fencing-Token", "5")], body=b"x"),
                      400, "invalid_name", "PUT empty key")
     # Fencing-Lock: taken literally, same rules.
-    for lock in ["", "a\tb", "L" * 1025, "\xff\xfe", "\xc0\xaf"]:
+    for lock in ["", "a\tb", "a\x01b", "a\x7fb", "\x00", "a\x1fb", "L" * 1025, "\xff\xfe", "\xc0\xaf"]:
         r = raw_put(p, "/v1/resources/lockcheck", [("Fencing-Token", "5"), ("Fencing-Lock", lock)])
         expect_error(r, 400, "invalid_name", "Fencing-Lock %r" % lock[:40])
-    # Other control bytes cannot appear in a valid HTTP field value at all (RFC 9110
-    # 5.5), so the HTTP parser may reject them as a malformed request first.
-    for lock in ["a\x01b", "a\x7fb", "\x00"]:
-        r = raw_put(p, "/v1/resources/lockcheck", [("Fencing-Token", "5"), ("Fencing-Lock", lock)])
-        eq(r.status, 400, "Fencing-Lock %r: status" % lock)
-        check(r.json().get("error") in ("invalid_name", "invalid_request"), "Fencing-Lock %r: %r" % (lock, r.body))
     # Literal: "%zz" in Fencing-Lock is a valid name, not an escape.
     r = raw_put(p, "/v1/resources/lockcheck", [("Fencing-Token", "5"), ("Fencing-Lock", "a%zz")])
     expect_status(r, 201, "Fencing-Lock a%zz is literal")
