@@ -633,8 +633,12 @@ def test_concurrent_race(store):
     results = []
     rlock = threading.Lock()
 
+    barrier = threading.Barrier(nthreads)
+
     def worker(i):
         with p.client() as c:
+            c.healthz()          # connected before the start line
+            barrier.wait()       # everyone races for the key's creation too
             for t in shares[i]:
                 body = b"token=%d" % t
                 op = hist.invoke("w%d" % i, "put", lock, key, t, body)
@@ -663,6 +667,41 @@ def test_concurrent_race(store):
     eq(g.etag, '"%d"' % len(accepted), "version = number of applied writes")
     assert_fence(p, lock, top)
     hist.assert_ok(*fk.read_state(p, [key], [lock]))
+
+
+def test_concurrent_create(store):
+    """Rounds of writers racing to create one fresh key (half under the key's own lock,
+    half under a lock shared by all rounds): one 201, the rest 200/409, never a 5xx
+    (nothing here is overload or a failure), and the highest token wins."""
+    p = start(store)
+    nthreads, rounds = 12, 25
+    statuses = {}
+    for rnd in range(rounds):
+        key = "create/%d" % rnd
+        lock = "create-shared" if rnd % 2 else key
+        base = 1000 * (rnd + 1) if rnd % 2 else 0
+        tokens = random.sample(range(base + 1, base + 1000), nthreads)
+        barrier = threading.Barrier(nthreads)
+        clients = [p.client() for _ in range(nthreads)]
+        for c in clients:
+            c.healthz()
+
+        def worker(i):
+            barrier.wait()
+            r = clients[i].put(key, b"%d" % tokens[i], token=tokens[i], lock=lock)
+            return tokens[i], r.status, r.body
+
+        results = fk.parallel(worker, nthreads)
+        for c in clients:
+            c.close()
+        for t, s, body in results:
+            statuses[s] = statuses.get(s, 0) + 1
+            check(s in (200, 201, 409), "round %d token %d: status %d %r" % (rnd, t, s, body[:200]))
+        eq(sum(1 for _, s, _ in results if s == 201), 1, "round %d: exactly one 201" % rnd)
+        top = max(tokens)
+        g = p.get(key)
+        eq((g.status, g.body), (200, b"%d" % top), "round %d: highest token's body" % rnd)
+        eq(g.etag, '"%d"' % sum(1 for _, s, _ in results if s in (200, 201)), "round %d: version" % rnd)
 
 
 def test_concurrent_many_locks(store):
