@@ -1,5 +1,6 @@
 #include "backends/postgres/postgres_store.hpp"
 
+#include "backends/postgres/detail/batch_queue.hpp"
 #include "backends/postgres/detail/connection.hpp"
 #include "backends/postgres/detail/pool_state.hpp"
 #include "backends/postgres/fence_cache.hpp"
@@ -42,6 +43,22 @@ struct waiter {
 };
 using waiter_ptr = std::shared_ptr<waiter>;
 
+// One PUT or DELETE waiting for, or in, a group-commit batch. `item` views the request,
+// which lives in the suspended caller's frame until `finished`.
+struct write_job {
+    write_job(const connection::strand_type& ex, const pg::sql::batch_item& i)
+        : item(i), key(i.key), lock(i.lock), timer(ex) {}
+    pg::sql::batch_item item;
+    std::string_view key;
+    std::string_view lock;
+    bool alone = false;
+    int attempts = 0;
+    bool finished = false;
+    write_result result;
+    net::steady_timer timer; // pool strand; cancelled when finished
+};
+using job_ptr = std::shared_ptr<write_job>;
+
 struct op_entry {
     std::string name;
     std::string sql;
@@ -76,7 +93,8 @@ public:
           // server normally cancels first (a definite error) and ours catches a dead
           // network or a stuck server.
           query_timeout_(s.postgres.statement_timeout + millis(1000)),
-          statements_(pg::sql::prepared_statements(s.postgres.schema)) {
+          statements_(pg::sql::prepared_statements(s.postgres.schema)),
+          batches_(s.postgres.batch_max), queue_limit_(s.postgres.queue_limit) {
         std::size_t i = 0;
         for (const auto& [name, op] : s.operations) {
             auto e = std::make_unique<op_entry>();
@@ -101,6 +119,8 @@ public:
         net::post(pool_strand_, [self = shared_from_this()] {
             for (auto& w : self->state_.take_waiters())
                 w->timer.cancel();
+            for (auto& j : self->batches_.take_queued())
+                self->finish(j, unavailable<write_result>("the store is stopping"));
             for (auto& c : self->state_.take_idle())
                 net::post(c->strand(), [c] { c->abort(); });
             for (auto& t : self->backoff_timers_)
@@ -168,9 +188,121 @@ public:
         co_return r;
     }
 
+    // Group commit (batch_max > 1): the write joins the queue and a batch runner sends it,
+    // alone when a connection is free now, else with whatever accumulated meanwhile.
+    net::awaitable<write_result> submit_write(const pg::sql::batch_item& item) {
+        co_return co_await net::co_spawn(pool_strand_, submit_on_strand(item), net::use_awaitable);
+    }
+
     pg::fence_cache cache;
 
 private:
+    net::awaitable<write_result> submit_on_strand(pg::sql::batch_item item) {
+        if (stopped())
+            co_return unavailable<write_result>("the store is stopping");
+        if (state_.live() == 0)
+            co_return unavailable<write_result>("database unavailable: no database connection");
+        if (batches_.size() >= queue_limit_)
+            co_return unavailable<write_result>(
+                "database unavailable: too many writes waiting for a database connection");
+        auto job = std::make_shared<write_job>(pool_strand_, item);
+        batches_.push(job);
+        spawn_runner_if_needed();
+        for (;;) {
+            boost::system::error_code ec;
+            job->timer.expires_after(statement_timeout_);
+            co_await job->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+            if (job->finished)
+                co_return std::move(job->result);
+            // Still queued: nothing was sent, give up like a pool waiter. In a batch: its
+            // exchange has its own deadline, so wait for the truthful outcome.
+            if (batches_.remove(job))
+                co_return unavailable<write_result>(
+                    stopped() ? "the store is stopping"
+                              : "database unavailable: no database connection became free in "
+                                "time");
+        }
+    }
+
+    void finish(const job_ptr& j, write_result r) {
+        j->result = std::move(r);
+        j->finished = true;
+        j->timer.cancel();
+    }
+
+    // At most one runner waits for a connection at a time: while it waits, writes pile up
+    // for it (that is what makes batches grow under load); runners that hold a connection
+    // keep taking batches from the queue.
+    void spawn_runner_if_needed() {
+        if (stopped() || runner_waiting_ || !batches_.has_ready())
+            return;
+        runner_waiting_ = true;
+        net::co_spawn(pool_strand_, batch_runner(), net::detached);
+    }
+
+    // On the pool strand.
+    net::awaitable<void> batch_runner() {
+        auto self = shared_from_this();
+        auto a = co_await acquire();
+        runner_waiting_ = false;
+        if (!a.conn) {
+            // Nothing was sent for any queued write: refuse them as the pool refused us.
+            for (auto& j : batches_.take_queued())
+                finish(j, unavailable<write_result>("database unavailable: " + a.why));
+            co_return;
+        }
+        for (;;) {
+            auto batch = batches_.take();
+            if (batch.empty())
+                break;
+            spawn_runner_if_needed();
+            std::vector<pg::sql::batch_item> items;
+            items.reserve(batch.size());
+            for (const auto& j : batch)
+                items.push_back(j->item);
+            auto maps = co_await net::co_spawn(
+                a.conn->strand(), run_batch_on(a.conn, items, query_timeout_), net::use_awaitable);
+            batches_.done(batch);
+            // Retries go back to the front, in their order, ahead of later writes.
+            for (std::size_t i = batch.size(); i-- > 0;) {
+                auto& j = batch[i];
+                auto& m = maps[i];
+                if (!m.retry) {
+                    finish(j, std::move(m.result));
+                } else if (++j->attempts >= max_write_attempts || stopped()) {
+                    finish(j, unavailable<write_result>(
+                                  "concurrent writers kept racing for the key; nothing was "
+                                  "written"));
+                } else {
+                    j->alone = m.alone;
+                    batches_.push_front(j);
+                }
+            }
+            // Reads and operations waiting for a connection get this one first.
+            if (stopped() || state_.waiting() > 0 || !a.conn->reusable())
+                break;
+        }
+        on_release(std::move(a.conn));
+        spawn_runner_if_needed();
+    }
+
+    // On the connection's strand: [claim, batch, Sync] as one implicit transaction.
+    static net::awaitable<std::vector<pg::write_mapping>>
+    run_batch_on(conn_ptr c, std::vector<pg::sql::batch_item> items, millis timeout) {
+        std::vector<pg::batch_row> rows;
+        rows.reserve(items.size());
+        for (const auto& it : items)
+            rows.push_back({it.token, !it.is_delete});
+        const auto params = pg::sql::write_batch_params(items);
+        const bool claimed = !params.claim.empty();
+        std::vector<pg::detail::pipeline_step> steps;
+        if (claimed)
+            steps.push_back({pg::sql::name::claim, &params.claim});
+        steps.push_back({pg::sql::name::write_batch, &params.write});
+        auto o = co_await c->exec_pipeline(steps, timeout);
+        co_return pg::map_batch(o, rows, claimed);
+    }
+
     net::awaitable<acquired> acquire_on_strand() {
         for (;;) {
             if (stopped())
@@ -418,18 +550,28 @@ private:
     bool migrated_ = false;                                       // pool strand only
     std::set<std::shared_ptr<net::steady_timer>> backoff_timers_; // pool strand only
     std::set<conn_ptr> connecting_;                               // pool strand only
+    pg::detail::batch_queue<job_ptr> batches_;                    // pool strand only
+    std::size_t queue_limit_;
+    bool runner_waiting_ = false; // pool strand only
 };
 
 class postgres_store final : public store {
 public:
-    explicit postgres_store(std::shared_ptr<pg_core> core) : core_(std::move(core)) {}
+    postgres_store(std::shared_ptr<pg_core> core, std::size_t batch_max)
+        : core_(std::move(core)), batching_(batch_max > 1) {}
     ~postgres_store() override { core_->stop(); }
 
     net::awaitable<write_result> put(put_request req) override {
         if (auto s = cached_stale(req.key, req.lock, req.token))
             co_return *s;
-        const auto params = pg::sql::put_params(req);
-        auto r = co_await write(pg::sql::name::put, params, req.token, true, false);
+        write_result r;
+        if (batching_) {
+            r = co_await core_->submit_write(
+                {req.key, req.lock, req.token, false, req.body, req.content_type, req.pre});
+        } else {
+            const auto params = pg::sql::put_params(req);
+            r = co_await write(pg::sql::name::put, params, req.token, true, false);
+        }
         observe(req.key, req.lock, r, true);
         co_return r;
     }
@@ -437,8 +579,13 @@ public:
     net::awaitable<write_result> remove(delete_request req) override {
         if (auto s = cached_stale(req.key, req.lock, req.token))
             co_return *s;
-        const auto params = pg::sql::delete_params(req);
-        auto r = co_await write(pg::sql::name::remove, params, req.token, false, false);
+        write_result r;
+        if (batching_) {
+            r = co_await core_->submit_write({req.key, req.lock, req.token, true, {}, {}, req.pre});
+        } else {
+            const auto params = pg::sql::delete_params(req);
+            r = co_await write(pg::sql::name::remove, params, req.token, false, false);
+        }
         observe(req.key, req.lock, r, false);
         co_return r;
     }
@@ -566,6 +713,7 @@ private:
     }
 
     std::shared_ptr<pg_core> core_;
+    bool batching_;
 };
 
 } // namespace
@@ -587,7 +735,8 @@ std::variant<std::unique_ptr<store>, open_error> open_postgres_store(net::io_con
     PQconninfoFree(opts);
     auto core = std::make_shared<pg_core>(io, s);
     core->start();
-    return std::unique_ptr<store>(std::make_unique<postgres_store>(std::move(core)));
+    return std::unique_ptr<store>(
+        std::make_unique<postgres_store>(std::move(core), s.postgres.batch_max));
 }
 
 } // namespace fk::store

@@ -172,26 +172,26 @@ bool transient_sqlstate(std::string_view s) noexcept {
            s == "55P03" || s == "25006";
 }
 
-write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
-    // Columns: mismatch, pre_failed, key_lock, applied, version, created, seen_fence, raced.
+namespace {
+
+// Columns from `o` on: mismatch, pre_failed, key_lock, applied, version, created,
+// seen_fence (the single statements have o = 0, the batch has its row number first).
+write_mapping map_write_cells(const result_table& t, std::size_t row, std::size_t o, token_t token,
+                              bool is_put) {
     write_mapping m;
-    if (t.rows.size() != 1 || t.columns.size() < 7) {
-        m.result = failure<write_result>(errc::internal, "unexpected write statement result");
-        return m;
-    }
-    const auto seen = int_at(t, 0, 6);
-    if (bool_at(t, 0, 0)) {
+    const auto seen = int_at(t, row, o + 6);
+    if (bool_at(t, row, o + 0)) {
         m.result.error = errc::lock_mismatch;
-        m.result.lock = text_at(t, 0, 2);
+        m.result.lock = text_at(t, row, o + 2);
         m.result.message = "the key belongs to lock '" + m.result.lock + "'";
         return m;
     }
-    if (auto applied = int_at(t, 0, 3)) {
+    if (auto applied = int_at(t, row, o + 3)) {
         m.result.error = errc::ok;
         m.result.token = *applied;
         if (is_put) {
-            m.result.version = int_at(t, 0, 4).value_or(0);
-            m.result.created = bool_at(t, 0, 5);
+            m.result.version = int_at(t, row, o + 4).value_or(0);
+            m.result.created = bool_at(t, row, o + 5);
         }
         return m;
     }
@@ -202,7 +202,7 @@ write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
                            std::to_string(*seen);
         return m;
     }
-    if (bool_at(t, 0, 1)) {
+    if (bool_at(t, row, o + 1)) {
         m.result.error = errc::precondition_failed;
         m.result.message = "precondition failed";
         return m;
@@ -212,6 +212,80 @@ write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
     // was written; a re-run sees that fence and reports it.
     m.retry = true;
     return m;
+}
+
+// Errors that prove the transaction rolled back and that a re-run may well succeed.
+bool rerun_sqlstate(std::string_view s) noexcept {
+    return s == sql::sqlstate_retry || s == "40P01" || s == "40001";
+}
+
+} // namespace
+
+write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
+    // Columns: mismatch, pre_failed, key_lock, applied, version, created, seen_fence, raced.
+    if (t.rows.size() != 1 || t.columns.size() < 7) {
+        write_mapping m;
+        m.result = failure<write_result>(errc::internal, "unexpected write statement result");
+        return m;
+    }
+    return map_write_cells(t, 0, 0, token, is_put);
+}
+
+std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<batch_row>& rows,
+                                     bool claimed) {
+    std::vector<write_mapping> out(rows.size());
+    auto all = [&](const write_mapping& m) {
+        for (auto& r : out)
+            r = m;
+        return out;
+    };
+    // A server error anywhere aborted the pipeline's one transaction: definite, whatever
+    // happened to the connection afterwards.
+    for (const auto& r : o.results) {
+        if (!r.server_error())
+            continue;
+        write_mapping m;
+        if (rows.size() > 1) {
+            m.retry = m.alone = true;
+        } else if (rerun_sqlstate(r.sqlstate)) {
+            m.retry = true;
+        } else {
+            m.result = server_failure<write_result>(r);
+        }
+        return all(m);
+    }
+    if (auto f = transport_failure<write_result>(o, true)) {
+        write_mapping m;
+        m.result = std::move(*f);
+        return all(m);
+    }
+    const std::size_t at = claimed ? 1 : 0;
+    // Columns: n, mismatch, pre_failed, key_lock, applied, version, created, seen_fence,
+    // absent, unwritten.
+    if (o.results.size() != at + 2 || !o.results[at].ok() ||
+        o.results[at + 1].st != result_table::status::pipeline_sync ||
+        (claimed && !o.results[0].ok()) || o.results[at].rows.size() != rows.size() ||
+        o.results[at].columns.size() < 9) {
+        write_mapping m;
+        m.result = failure<write_result>(errc::internal, "unexpected batch result");
+        return all(m);
+    }
+    const auto& t = o.results[at];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (int_at(t, i, 0) != static_cast<std::int64_t>(i + 1)) {
+            write_mapping m;
+            m.result = failure<write_result>(errc::internal, "batch result out of order");
+            return all(m);
+        }
+        if (bool_at(t, i, 8)) {
+            // The key had no row to lock (claimed, then removed by someone else): nothing
+            // was written and the fence was not touched; claim it again.
+            out[i].retry = true;
+            continue;
+        }
+        out[i] = map_write_cells(t, i, 1, rows[i].token, rows[i].is_put);
+    }
+    return out;
 }
 
 write_mapping map_advance_row(const result_table& t, token_t token) {
@@ -241,7 +315,9 @@ write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool 
     // aborted), even if the connection died right after it.
     if (!o.results.empty() && o.results.front().server_error()) {
         const auto& r = o.results.front();
-        if (r.sqlstate == sql::sqlstate_retry) {
+        // FKR01 (a concurrent create), a deadlock or a serialization failure: the
+        // statement rolled back; a re-run sees the newer state.
+        if (rerun_sqlstate(r.sqlstate)) {
             m.retry = true;
             return m;
         }

@@ -67,6 +67,7 @@ bool transient_sqlstate(std::string_view sqlstate) noexcept;
 // (nothing was written in that case).
 struct write_mapping {
     bool retry = false;
+    bool alone = false; // with retry: the whole batch aborted; re-run this write by itself
     write_result result;
 };
 
@@ -78,6 +79,18 @@ write_mapping map_advance_row(const result_table& t, token_t token);
 // A whole write exchange: transport and server errors, then the row. `is_write` false
 // (never used for writes today) is kept for symmetry with reads.
 write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool is_advance);
+
+// For a group-commit batch, the pipeline [claim_sql (when `claimed`), write_batch_sql,
+// Sync]: one mapping per row, in input order. A server error aborted the whole
+// transaction, so nothing was written: a batch of several rows is re-run one write at a
+// time (retry + alone), a lone write is mapped like map_write. A transport failure is
+// every row's (503 before the Sync left us, 504 outcome_unknown after).
+struct batch_row {
+    token_t token = 0;
+    bool is_put = true;
+};
+std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<batch_row>& rows,
+                                     bool claimed);
 
 // ---- reads ----
 

@@ -413,6 +413,187 @@ std::string bench_pgbench_script(std::string_view schema) {
     return s + bench_single_write_sql(schema);
 }
 
+// Group commit. Why batches never deadlock, with each other or with the fence-only
+// statements (advance_sql, fk_fence_step), under READ COMMITTED:
+//
+// A batch takes its row locks in three phases, each in one global order:
+//   N  claim_sql inserts placeholders for absent keys, sorted by key (COLLATE "C"). An
+//      insert waits only for a transaction that is inserting or updating that key;
+//   K  write_batch_sql's k locks every existing key row FOR UPDATE, sorted by key (the
+//      LockRows node sits above the Sort, so rows are locked in that order). It waits
+//      only for committed rows: another batch's placeholders are invisible to it;
+//   F  its f upserts the fence rows, sorted by lock (INSERT ... SELECT ... ORDER BY
+//      feeds ON CONFLICT in that order);
+//   then w updates and d deletes only rows the batch already holds: no waiting.
+// A transaction waiting in a phase waits only for one that is in the same or a later
+// phase, and within a phase, for one that holds a lock later in that phase's order. A
+// wait-for cycle would have to stay inside one phase and go strictly up the sorted order
+// all the way round: impossible. The fence-only statements take one fence row and
+// nothing else. A single-row statement (batch_max 1, or an older fencekeeper on the same
+// database) takes key row, fence row, then (creating) the key's index entry: it can
+// deadlock with a batch only when both create the same new key at once; Postgres
+// detects that, aborts one side (40P01, nothing written) and we re-run it.
+//
+// And why a create race cannot fail a neighbour: after claim_sql, every PUT key of the
+// batch has a row (committed, or our placeholder) that nobody can remove, so k locks
+// every row the batch writes before any fence moves, and w cannot find a row changed
+// behind its checks. The single-row statement's FKR01 case (the key appeared between
+// the check and the write) cannot happen; a row k finds absent anyway (an operator
+// deleted it) is answered "claim again" without touching its fence.
+std::string claim_sql(std::string_view schema) {
+    return with_schema(
+        "INSERT INTO @S.resources AS r\n"
+        "  (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
+        "SELECT u.key, u.lock, NULL, NULL, 0, 0, true, now(), now()\n"
+        "FROM unnest($1::text[], $2::text[]) AS u(key, lock)\n"
+        "ORDER BY u.key COLLATE \"C\"\n"
+        "ON CONFLICT (key) DO NOTHING",
+        schema);
+}
+
+std::string write_batch_sql(std::string_view schema) {
+    std::string s =
+        "WITH i AS MATERIALIZED (\n"
+        "  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[],\n"
+        "                       $6::bigint[], $7::boolean[], $8::boolean[], $9::boolean[])\n"
+        "    WITH ORDINALITY AS t(key, lock, token, body, content_type, if_match,\n"
+        "                         if_match_any, if_none_match, is_delete, n)\n"
+        "), k AS MATERIALIZED (\n"
+        "  SELECT r.key, r.lock, r.version, r.deleted FROM @S.resources r\n"
+        "  WHERE r.key = ANY ($1::text[]) ORDER BY r.key COLLATE \"C\" FOR UPDATE\n"
+        "), x AS MATERIALIZED (\n"
+        // ex: the key exists (not a tombstone, not a placeholder: those are deleted).
+        "  SELECT i.n, i.key, i.lock, i.token, i.is_delete, i.if_match, i.if_match_any,\n"
+        "         i.if_none_match, k.key IS NULL AND NOT i.is_delete AS absent,\n"
+        "         coalesce(NOT k.deleted, false) AS ex, k.lock AS row_lock,\n"
+        "         k.version AS row_version\n"
+        "  FROM i LEFT JOIN k ON k.key = i.key\n"
+        "), c AS MATERIALIZED (\n"
+        "  SELECT x.n, x.key, x.lock, x.token, x.is_delete, x.absent, x.ex,\n"
+        "         x.ex AND x.row_lock <> x.lock AS mismatch,\n"
+        "         CASE WHEN x.ex THEN x.row_lock END AS key_lock,\n"
+        "         ((x.if_none_match AND x.ex) OR (x.if_match_any AND NOT x.ex)\n"
+        "          OR (x.if_match <> 0 AND (NOT x.ex OR x.row_version <> x.if_match)))\n"
+        "           AS pre_failed\n"
+        "  FROM x\n"
+        "), f AS (\n"
+        "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
+        "  SELECT c.lock, c.token, now() FROM c\n"
+        "  WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.absent\n"
+        "  ORDER BY c.lock COLLATE \"C\"\n"
+        "  ";
+    s += fence_upsert_tail;
+    s += "  RETURNING fe.lock, fe.token\n"
+         "), w AS (\n"
+         // Every row written here was locked by k; a tombstone keeps its version.
+         "  UPDATE @S.resources r SET lock = u.lock,\n"
+         "    body = CASE WHEN u.is_delete THEN NULL ELSE u.body END,\n"
+         "    content_type = CASE WHEN u.is_delete THEN NULL ELSE u.content_type END,\n"
+         "    version = CASE WHEN u.is_delete THEN r.version ELSE r.version + 1 END,\n"
+         "    token = u.token, deleted = u.is_delete,\n"
+         "    created_at = CASE WHEN r.deleted AND NOT u.is_delete THEN now()\n"
+         "                      ELSE r.created_at END,\n"
+         "    updated_at = now()\n"
+         "  FROM (SELECT c.n, c.key, c.lock, c.token, c.is_delete, i.body, i.content_type\n"
+         "        FROM c JOIN f ON f.lock = c.lock JOIN i ON i.n = c.n\n"
+         "        WHERE NOT (c.is_delete AND NOT c.ex)) u\n"
+         "  WHERE r.key = u.key\n"
+         "  RETURNING u.n, r.version\n"
+         "), d AS (\n"
+         // Placeholders of writes that were refused: never committed.
+         "  DELETE FROM @S.resources r USING c\n"
+         "  WHERE r.key = c.key AND NOT c.is_delete AND r.version = 0 AND r.deleted\n"
+         "    AND NOT EXISTS (SELECT 1 FROM f WHERE f.lock = c.lock)\n"
+         ")\n"
+         // Columns as in put_sql/delete_sql (map_write_row), plus n and absent. A row
+         // whose fence moved but whose data was not written would be a bug: raise, so
+         // the whole batch rolls back rather than commit it.
+         "SELECT c.n, c.mismatch, c.pre_failed, c.key_lock, f.token AS applied,\n"
+         "       w.version, NOT c.ex AS created,\n"
+         "       (SELECT fs.token FROM @S.fences fs WHERE fs.lock = c.lock) AS seen_fence,\n"
+         "       c.absent,\n"
+         "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex) AND w.n IS NULL\n"
+         "            THEN @S.fk_raise('" +
+         std::string(sqlstate_batch_bug) +
+         "', 'batch row fenced but not written') END\n"
+         "         AS unwritten\n"
+         "FROM c LEFT JOIN f ON f.lock = c.lock LEFT JOIN w ON w.n = c.n\n"
+         "ORDER BY c.n";
+    return with_schema(s, schema);
+}
+
+array_builder::array_builder(unsigned elem_oid, std::size_t count) {
+    auto be32 = [this](std::uint32_t v) {
+        for (int shift = 24; shift >= 0; shift -= 8)
+            out_ += static_cast<char>((v >> shift) & 0xFF);
+    };
+    out_.reserve(20 + count * 12);
+    be32(1);        // dimensions
+    be32(0);        // has nulls: never
+    be32(elem_oid); // element type
+    be32(static_cast<std::uint32_t>(count));
+    be32(1); // lower bound
+}
+
+void array_builder::add(std::string_view bytes) {
+    const auto n = static_cast<std::uint32_t>(bytes.size());
+    for (int shift = 24; shift >= 0; shift -= 8)
+        out_ += static_cast<char>((n >> shift) & 0xFF);
+    out_.append(bytes);
+}
+
+void array_builder::add_int8(std::int64_t v) {
+    char b[8];
+    const auto u = static_cast<std::uint64_t>(v);
+    for (int i = 0; i < 8; ++i)
+        b[i] = static_cast<char>((u >> (56 - 8 * i)) & 0xFF);
+    add(std::string_view(b, 8));
+}
+
+void array_builder::add_bool(bool v) {
+    const char b = v ? 1 : 0;
+    add(std::string_view(&b, 1));
+}
+
+std::string array_builder::finish() && {
+    return std::move(out_);
+}
+
+batch_params write_batch_params(const std::vector<batch_item>& items) {
+    const std::size_t n = items.size();
+    std::size_t puts = 0;
+    for (const auto& it : items)
+        puts += it.is_delete ? 0 : 1;
+    array_builder key(oid_text, n), lock(oid_text, n), token(oid_int8, n), body(oid_bytea, n),
+        ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n), none(oid_bool, n),
+        del(oid_bool, n), claim_key(oid_text, puts), claim_lock(oid_text, puts);
+    for (const auto& it : items) {
+        key.add(it.key);
+        lock.add(it.lock);
+        token.add_int8(it.token);
+        body.add(it.is_delete ? std::string_view() : it.body);
+        ctype.add(it.is_delete ? std::string_view() : it.content_type);
+        // 0 = no If-Match; an If-Match that can never match stays failing (see put_params).
+        if_match.add_int8(!it.pre.if_match ? 0 : *it.pre.if_match <= 0 ? -1 : *it.pre.if_match);
+        any.add_bool(it.pre.if_match_any);
+        none.add_bool(it.pre.if_none_match_any);
+        del.add_bool(it.is_delete);
+        if (!it.is_delete) {
+            claim_key.add(it.key);
+            claim_lock.add(it.lock);
+        }
+    }
+    batch_params out;
+    out.write.reserve(9);
+    for (auto* b : {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del})
+        out.write.push_back(param::owned_bytes(std::move(*b).finish()));
+    if (puts > 0) {
+        out.claim.push_back(param::owned_bytes(std::move(claim_key).finish()));
+        out.claim.push_back(param::owned_bytes(std::move(claim_lock).finish()));
+    }
+    return out;
+}
+
 std::vector<statement> prepared_statements(std::string_view schema) {
     return {
         {name::put, put_sql(schema), 8},
@@ -424,6 +605,8 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::list_bounded, list_sql(schema, true), 4},
         {name::list_open, list_sql(schema, false), 3},
         {name::op_fence, op_fence_sql(schema), 2},
+        {name::claim, claim_sql(schema), 2},
+        {name::write_batch, write_batch_sql(schema), 9},
     };
 }
 

@@ -22,8 +22,9 @@ namespace fk::store::pg::sql {
 inline constexpr int schema_version = 1;
 
 // SQLSTATEs raised by our own functions (class "FK" is unused by Postgres).
-inline constexpr std::string_view sqlstate_retry = "FKR01"; // a concurrent create raced us
-inline constexpr std::string_view sqlstate_stale = "FKST1"; // operation fence step: stale
+inline constexpr std::string_view sqlstate_retry = "FKR01";     // a concurrent create raced us
+inline constexpr std::string_view sqlstate_stale = "FKST1";     // operation fence step: stale
+inline constexpr std::string_view sqlstate_batch_bug = "FKB01"; // batch row fenced, not written
 
 // Prepared statement names (per connection).
 namespace name {
@@ -36,6 +37,8 @@ inline constexpr const char* read_fence = "fk_read_fence";
 inline constexpr const char* list_bounded = "fk_list_bounded";
 inline constexpr const char* list_open = "fk_list_open";
 inline constexpr const char* op_fence = "fk_op_fence";
+inline constexpr const char* claim = "fk_claim";
+inline constexpr const char* write_batch = "fk_write_batch";
 } // namespace name
 
 // "fk_op_<index>": user operations are named by their position in the sorted config map,
@@ -81,6 +84,20 @@ std::string read_fence_sql(std::string_view schema);
 std::string list_sql(std::string_view schema, bool bounded);
 std::string op_fence_sql(std::string_view schema);
 
+// Group commit (issue 6; the lock-order argument is in sql.cpp and docs/postgres.md). A
+// batch of writes to distinct keys and distinct locks is one pipeline in one implicit
+// transaction: [claim_sql, write_batch_sql, Sync].
+//   claim_sql($1 key[], $2 lock[]): inserts a placeholder row (version 0, deleted) for
+//     each PUT key that has no row yet, in key order, so that every key the batch writes
+//     has a row the next statement can lock. Placeholders are never committed: the
+//     batch turns each into a real row or deletes it.
+//   write_batch_sql($1 key[], $2 lock[], $3 token[], $4 body[], $5 content_type[],
+//     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[]):
+//     per row, the same checks and fence step as put_sql/delete_sql, each row fenced on
+//     its own; one result row per input row, in input order (map_batch).
+std::string claim_sql(std::string_view schema);
+std::string write_batch_sql(std::string_view schema);
+
 // For the benchmark (issue 6, scripts/bench/pg_fenced_upsert.sql): put_sql with $1..$8
 // written as the pgbench variables :key :lock :token :body :content_type :if_match
 // :if_match_any :if_none_match and a closing ';'. pgbench -M prepared turns them back into
@@ -93,13 +110,15 @@ std::string bench_pgbench_script(std::string_view schema);
 // One statement parameter. Text parameters own their value; binary ones (the body) view
 // the request's storage, which outlives the query.
 struct param {
-    std::optional<std::string> text; // nullopt and !binary → SQL NULL
-    std::string_view binary;
+    std::optional<std::string> text; // nullopt and !binary → SQL NULL; owned binary value
+    std::string_view binary;         // binary value viewed (when text is nullopt)
     bool is_binary = false;
 
     static param null() { return {}; }
     static param of(std::string v) { return param{std::move(v), {}, false}; }
     static param bytes(std::string_view v) { return param{std::nullopt, v, true}; }
+    static param owned_bytes(std::string v) { return param{std::move(v), {}, true}; }
+    std::string_view binary_value() const noexcept { return text ? *text : binary; }
 };
 using param_list = std::vector<param>;
 
@@ -118,5 +137,36 @@ struct list_query {
 list_query list_params(const list_request& req);
 param_list op_fence_params(std::string_view lock, token_t token);
 param_list op_params(const std::vector<std::optional<std::string>>& values);
+
+// One write of a batch, viewing the request (which outlives the exchange).
+struct batch_item {
+    std::string_view key;
+    std::string_view lock;
+    token_t token = 0;
+    bool is_delete = false;
+    std::string_view body;
+    std::string_view content_type;
+    fence::preconditions pre;
+};
+struct batch_params {
+    param_list claim; // empty when the batch has no PUT (then claim_sql is not sent)
+    param_list write;
+};
+// Arrays in binary format (no quoting, bodies as raw bytes).
+batch_params write_batch_params(const std::vector<batch_item>& items);
+
+// Binary array encoding (one dimension, lower bound 1), exposed for tests.
+inline constexpr unsigned oid_bool = 16, oid_bytea = 17, oid_int8 = 20, oid_text = 25;
+class array_builder {
+public:
+    array_builder(unsigned elem_oid, std::size_t count);
+    void add(std::string_view bytes);
+    void add_int8(std::int64_t v);
+    void add_bool(bool v);
+    std::string finish() &&;
+
+private:
+    std::string out_;
+};
 
 } // namespace fk::store::pg::sql

@@ -250,7 +250,8 @@ TEST_CASE("apply_json: every key") {
             "queue_limit": 0,
             "connect_timeout_ms": 100,
             "statement_timeout_ms": 200,
-            "fence_cache_size": 10
+            "fence_cache_size": 10,
+            "batch_max": 1
         },
         "operations": {
             "credit": {"sql": "UPDATE accounts SET balance = balance + $1 WHERE id = $2"},
@@ -276,6 +277,7 @@ TEST_CASE("apply_json: every key") {
     CHECK(s.postgres.connect_timeout == 100ms);
     CHECK(s.postgres.statement_timeout == 200ms);
     CHECK(s.postgres.fence_cache_size == 10);
+    CHECK(s.postgres.batch_max == 1);
     REQUIRE(s.operations.size() == 2);
     CHECK(s.operations.at("credit").sql ==
           "UPDATE accounts SET balance = balance + $1 WHERE id = $2");
@@ -347,6 +349,7 @@ TEST_CASE("apply_json: ranges") {
         {"connect_timeout_ms", "postgres", 1, 3600000},
         {"statement_timeout_ms", "postgres", 1, 3600000},
         {"fence_cache_size", "postgres", 1, 10000000},
+        {"batch_max", "postgres", 1, 1024},
     };
     for (const auto& c : cases) {
         const std::string section = c.section;

@@ -100,8 +100,9 @@ struct param_arrays {
         formats.reserve(params.size());
         for (const auto& p : params) {
             if (p.is_binary) {
-                values.push_back(p.binary.data() ? p.binary.data() : "");
-                lengths.push_back(static_cast<int>(p.binary.size()));
+                const auto v = p.binary_value();
+                values.push_back(v.data() ? v.data() : "");
+                lengths.push_back(static_cast<int>(v.size()));
                 formats.push_back(1);
             } else if (p.text) {
                 values.push_back(p.text->c_str());

@@ -1,0 +1,120 @@
+#pragma once
+// Which queued writes go into the next group-commit batch, free of I/O so that tests
+// drive it with fakes. The store calls it from its pool strand only; it is not
+// thread-safe itself.
+//
+// Rules:
+//  - first come, first served, except that a write whose key or lock is already in
+//    flight (in a batch being executed) or already in the batch being formed waits for a
+//    later batch: one batch statement may touch a fence row or a key row only once, and
+//    two writes of one lock serialize on its fence row in the database anyway, where the
+//    later one would hold up its whole batch;
+//  - at most `max_batch` writes per batch;
+//  - a write marked alone (its batch aborted; it is being re-run to find out which write
+//    caused that) travels by itself;
+//  - a retried write goes back to the front, ahead of later writes of its lock.
+//
+// Batch size adapts to load by itself: the store takes a batch whenever it has a free
+// connection, so an idle store sends each write at once, and while every connection is
+// busy writes accumulate here until the next one frees up.
+//
+// Entry is pointer-like: e->key and e->lock (string-like, stable while queued or in
+// flight) and e->alone (bool).
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace fk::store::pg::detail {
+
+template <class Entry> class batch_queue {
+public:
+    explicit batch_queue(std::size_t max_batch) : max_batch_(std::max<std::size_t>(1, max_batch)) {}
+
+    void push(Entry e) { queue_.push_back(std::move(e)); }
+    void push_front(Entry e) { queue_.push_front(std::move(e)); }
+
+    // A waiter gave up while still queued. False when it is not queued (in flight).
+    bool remove(const Entry& e) {
+        auto it = std::find(queue_.begin(), queue_.end(), e);
+        if (it == queue_.end())
+            return false;
+        queue_.erase(it);
+        return true;
+    }
+
+    // The next batch (empty when nothing queued can go now); its keys and locks are in
+    // flight until done().
+    std::vector<Entry> take() {
+        std::vector<Entry> out;
+        std::unordered_set<std::string_view> keys, locks;
+        for (auto it = queue_.begin(); it != queue_.end() && out.size() < max_batch_;) {
+            const Entry& e = *it;
+            const std::string_view key = e->key, lock = e->lock;
+            if (busy(key, lock) || keys.count(key) || locks.count(lock)) {
+                ++it;
+                continue;
+            }
+            if (e->alone && !out.empty()) {
+                ++it;
+                continue;
+            }
+            keys.insert(key);
+            locks.insert(lock);
+            out.push_back(std::move(*it));
+            it = queue_.erase(it);
+            if (out.back()->alone)
+                break;
+        }
+        for (const auto& e : out) {
+            keys_in_flight_.insert(std::string_view(e->key));
+            locks_in_flight_.insert(std::string_view(e->lock));
+        }
+        return out;
+    }
+
+    // The batch is over: its keys and locks are free again (call before re-queueing
+    // its retries, with the same entries take() returned).
+    void done(const std::vector<Entry>& batch) {
+        for (const auto& e : batch) {
+            keys_in_flight_.erase(std::string_view(e->key));
+            locks_in_flight_.erase(std::string_view(e->lock));
+        }
+    }
+
+    // take() would return something now.
+    bool has_ready() const {
+        for (const auto& e : queue_)
+            if (!busy(e->key, e->lock))
+                return true;
+        return false;
+    }
+
+    // Everything still queued (stop): the caller refuses them.
+    std::vector<Entry> take_queued() {
+        std::vector<Entry> out(std::make_move_iterator(queue_.begin()),
+                               std::make_move_iterator(queue_.end()));
+        queue_.clear();
+        return out;
+    }
+
+    std::size_t size() const noexcept { return queue_.size(); }
+    bool empty() const noexcept { return queue_.empty(); }
+    std::size_t in_flight() const noexcept { return keys_in_flight_.size(); }
+    std::size_t max_batch() const noexcept { return max_batch_; }
+
+private:
+    bool busy(std::string_view key, std::string_view lock) const {
+        return keys_in_flight_.count(key) || locks_in_flight_.count(lock);
+    }
+
+    std::size_t max_batch_;
+    std::deque<Entry> queue_;
+    std::unordered_set<std::string_view> keys_in_flight_;
+    std::unordered_set<std::string_view> locks_in_flight_;
+};
+
+} // namespace fk::store::pg::detail

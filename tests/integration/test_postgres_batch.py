@@ -1,0 +1,184 @@
+"""Postgres group commit (issue 6): one batch statement holds stale and fresh writes side by
+side, and every result is exactly what a lone statement would have answered.
+
+A proxy with one connection makes concurrent writes pile up into batches (while its only
+connection runs one batch, the next one forms). Fences are raised through a second proxy,
+so the first one's stale-rejection cache does not know them and the stale writes reach
+the database inside a batch. Creates of one new key under different locks race through
+both proxies. Afterwards the database is read directly: data, fences, no placeholder rows
+left behind, and fewer transactions than writes (proof that batches formed).
+
+Needs FK_TEST_PG_URL (exit 77 = skipped without it, unless FK_REQUIRE_SERVICES=1).
+"""
+
+import threading
+
+import fk
+from fk import check, eq, expect_error, expect_status
+
+PG_URL = fk.require_service("postgres")
+
+N = 64        # concurrent clients on N locks, one key each
+ROUNDS = 3
+CREATORS = 8  # per proxy, racing to create one new key under distinct locks
+
+
+def start_pair():
+    store = fk.pg_store()
+    # One connection: everything concurrent through p1 goes through its batches.
+    p1 = store.start(config={"postgres": {"pool_size": 1, "batch_max": 64}})
+    p2 = store.start(config={"postgres": {"pool_size": 4}})
+    p1.wait_ready()
+    p2.wait_ready()
+    return store, p1, p2
+
+
+def run_together(n, fn):
+    """Runs fn(i) in n threads released at once; returns the results in order."""
+    barrier = threading.Barrier(n)
+
+    def one(i):
+        barrier.wait(30)
+        return fn(i)
+
+    return fk.parallel(one, n)
+
+
+def sql_rows(query):
+    out = fk.psql(query).strip()
+    return [line.split("|") for line in out.splitlines() if line]
+
+
+def test_one_batch_holds_stale_fresh_refused_and_deleted_writes():
+    store, p1, p2 = start_pair()
+    schema = fk.psql("SELECT quote_ident('%s')" % store.schema).strip()
+    for rnd in range(ROUNDS):
+        key = lambda i: "r%d/k%02d" % (rnd, i)
+        lock = lambda i: "r%d/L%02d" % (rnd, i)
+        # Every key exists at version 1 under its lock, fence 10 (p1 caches it).
+        def setup(i):
+            with p1.client() as c:
+                return c.put(key(i), b"v1-%d" % i, token=10, lock=lock(i)).status
+        eq(sorted(set(run_together(N, setup))), [201], "round %d setup" % rnd)
+        # Raise every fourth fence to 100 through p2: p1 does not know.
+        with p2.client() as c:
+            for i in range(0, N, 4):
+                expect_status(c.put_fence(lock(i), 100), 200, "raise %s" % lock(i))
+
+        # i % 4: 0 stale PUT, 1 fresh PUT, 2 fresh PUT with a wrong If-Match, 3 fresh DELETE.
+        def write(i):
+            with p1.client() as c:
+                g = i % 4
+                if g == 0 or g == 1:
+                    return c.put(key(i), b"v2-%d" % i, token=50, lock=lock(i))
+                if g == 2:
+                    return c.put(key(i), b"v2-%d" % i, token=50, lock=lock(i),
+                                 headers={"If-Match": '"7"'})
+                return c.delete(key(i), token=50, lock=lock(i))
+
+        results = run_together(N, write)
+        for i, r in enumerate(results):
+            g = i % 4
+            what = "round %d client %d (group %d)" % (rnd, i, g)
+            if g == 0:
+                body = expect_error(r, 409, "stale_token", what)
+                eq((body["token"], body["current_token"]), (50, 100), what + " tokens")
+            elif g == 1:
+                expect_status(r, 200, what)
+                eq(r.json()["version"], 2, what + " version")
+                eq(r.header("ETag"), '"2"', what + " ETag")
+            elif g == 2:
+                expect_error(r, 412, "precondition_failed", what)
+            else:
+                expect_status(r, 204, what)
+
+        # The database, read directly.
+        rows = sql_rows("SELECT key, lock, version, token, deleted, convert_from(coalesce(body, ''), 'UTF8') "
+                        "FROM %s.resources WHERE key LIKE 'r%d/%%' ORDER BY key" % (schema, rnd))
+        eq(len(rows), N, "round %d: one row per key, no placeholders" % rnd)
+        for i, (k, l, version, token, deleted, body) in enumerate(rows):
+            g = i % 4
+            want = {0: ("1", "10", "f", "v1-%d" % i), 1: ("2", "50", "f", "v2-%d" % i),
+                    2: ("1", "10", "f", "v1-%d" % i), 3: ("1", "50", "t", "")}[g]
+            eq((k, l, version, token, deleted, body), (key(i), lock(i)) + want,
+               "round %d row %d" % (rnd, i))
+        fences = dict(sql_rows("SELECT lock, token FROM %s.fences WHERE lock LIKE 'r%d/%%'"
+                               % (schema, rnd)))
+        for i in range(N):
+            eq(fences.get(lock(i)), {0: "100", 1: "50", 2: "10", 3: "50"}[i % 4],
+               "round %d fence %d" % (rnd, i))
+        # Rows written in one transaction share xmin: fewer transactions than writes.
+        written = sql_rows("SELECT count(*), count(DISTINCT xmin::text) FROM %s.resources "
+                           "WHERE key LIKE 'r%d/%%' AND token = 50" % (schema, rnd))[0]
+        eq(written[0], str(N // 2), "round %d written rows" % rnd)
+        check(int(written[1]) < N // 2,
+              "round %d: %s writes in %s transactions: no batch formed" % (rnd, written[0], written[1]))
+        print("  round %d: %s writes committed in %s transactions" % (rnd, written[0], written[1]))
+    eq(sql_rows("SELECT count(*) FROM %s.resources WHERE version = 0" % schema), [["0"]],
+       "no placeholder row survives")
+
+
+def test_creates_racing_on_one_new_key_under_different_locks():
+    store, p1, p2 = start_pair()
+    schema = fk.psql("SELECT quote_ident('%s')" % store.schema).strip()
+    for rnd in range(ROUNDS * 2):
+        key = "race%d/new" % rnd
+        locks = ["race%d/L%02d" % (rnd, j) for j in range(2 * CREATORS)]
+
+        # Creators, plus unrelated fresh writes to keep p1's batches full around them.
+        def create(i):
+            if i < 2 * CREATORS:
+                proxy = p1 if i % 2 == 0 else p2
+                with proxy.client() as c:
+                    return c.put(key, b"by-%d" % i, token=5 + i, lock=locks[i])
+            with p1.client() as c:
+                return c.put("race%d/other%02d" % (rnd, i), b"x", token=1)
+
+        results = run_together(2 * CREATORS + 24, create)
+        created = [i for i in range(2 * CREATORS) if results[i].status == 201]
+        eq(len(created), 1, "round %d: exactly one create wins: %r" % (
+            rnd, [(r.status, r.body[:80]) for r in results[:2 * CREATORS]]))
+        winner = created[0]
+        for i in range(2 * CREATORS):
+            if i == winner:
+                continue
+            body = expect_error(results[i], 409, "lock_mismatch", "round %d creator %d" % (rnd, i))
+            eq(body["lock"], locks[winner], "round %d creator %d: the key's lock" % (rnd, i))
+        for i in range(2 * CREATORS, len(results)):
+            expect_status(results[i], 201, "round %d unrelated write %d" % (rnd, i))
+        # Only the winner's fence moved: a refused write leaves the fence alone.
+        fences = dict(sql_rows("SELECT lock, token FROM %s.fences WHERE lock LIKE 'race%d/L%%'"
+                               % (schema, rnd)))
+        eq(fences, {locks[winner]: str(5 + winner)}, "round %d fences" % rnd)
+        row = sql_rows("SELECT lock, version, token, convert_from(body, 'UTF8') FROM %s.resources "
+                       "WHERE key = '%s'" % (schema, key))
+        eq(row, [[locks[winner], "1", str(5 + winner), "by-%d" % winner]], "round %d row" % rnd)
+    eq(sql_rows("SELECT count(*) FROM %s.resources WHERE version = 0" % schema), [["0"]],
+       "no placeholder row survives")
+
+
+def test_same_lock_writes_queue_behind_each_other():
+    """Many writes to one lock (and key) through p1: they never share a batch, every
+    result is truthful, and the highest token's body is what stays."""
+    _, p1, _ = start_pair()
+    tokens = list(range(1, 49))
+
+    def write(i):
+        with p1.client() as c:
+            return c.put("one/key", b"t%d" % tokens[i], token=tokens[i], lock="one/lock")
+
+    results = run_together(len(tokens), write)
+    for i, r in enumerate(results):
+        check(r.status in (200, 201, 409), "token %d: %r" % (tokens[i], r))
+        if r.status == 409:
+            body = expect_error(r, 409, "stale_token", "token %d" % tokens[i])
+            check(body["current_token"] > tokens[i], "token %d: fence %r" % (tokens[i], body))
+    eq(sum(1 for r in results if r.status == 201), 1, "one create")
+    with p1.client() as c:
+        g = c.get("one/key")
+        eq((g.status, g.body, g.header("Fencing-Token")), (200, b"t48", "48"), "highest wins")
+        eq(c.fence("one/lock").json()["token"], 48, "fence")
+
+
+if __name__ == "__main__":
+    fk.main(globals())
