@@ -1,0 +1,365 @@
+#include "backends/postgres/detail/batch_queue.hpp"
+
+#include "backends/postgres/result.hpp"
+#include "backends/postgres/sql.hpp"
+
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string>
+
+using namespace fk::store::pg;
+using fk::errc;
+
+namespace {
+
+// ---- batch statement ----
+
+std::size_t pos(const std::string& s, std::string_view what) {
+    const auto p = s.find(what);
+    INFO(what);
+    CHECK(p != std::string::npos);
+    return p;
+}
+
+// ---- binary arrays ----
+
+std::uint32_t be32_at(const std::string& s, std::size_t at) {
+    std::uint32_t v = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+        v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+    return v;
+}
+
+// Decodes a one-dimensional binary array into its elements.
+std::vector<std::string> decode_array(const std::string& a, unsigned elem_oid) {
+    REQUIRE(a.size() >= 20);
+    CHECK(be32_at(a, 0) == 1);
+    CHECK(be32_at(a, 4) == 0);
+    CHECK(be32_at(a, 8) == elem_oid);
+    const auto n = be32_at(a, 12);
+    CHECK(be32_at(a, 16) == 1);
+    std::vector<std::string> out;
+    std::size_t at = 20;
+    for (std::uint32_t i = 0; i < n; ++i) {
+        REQUIRE(at + 4 <= a.size());
+        const auto len = be32_at(a, at);
+        at += 4;
+        REQUIRE(at + len <= a.size());
+        out.push_back(a.substr(at, len));
+        at += len;
+    }
+    CHECK(at == a.size());
+    return out;
+}
+
+// ---- result tables ----
+
+result_table batch_table(std::vector<std::vector<std::optional<std::string>>> rows) {
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    for (const char* c : {"n", "mismatch", "pre_failed", "key_lock", "applied", "version",
+                          "created", "seen_fence", "absent", "unwritten"})
+        t.columns.push_back({c, 0});
+    t.rows = std::move(rows);
+    return t;
+}
+
+result_table ok(result_table::status st = result_table::status::command_ok) {
+    result_table t;
+    t.st = st;
+    return t;
+}
+
+result_table server_error(std::string sqlstate) {
+    result_table t;
+    t.st = result_table::status::error;
+    t.sqlstate = std::move(sqlstate);
+    t.message = "boom";
+    return t;
+}
+
+exec_outcome pipeline(std::vector<result_table> results) {
+    exec_outcome o;
+    o.results = std::move(results);
+    return o;
+}
+
+using cell = std::optional<std::string>;
+const cell null = std::nullopt;
+
+// ---- queue fakes ----
+
+struct fake_write {
+    std::string key, lock;
+    bool alone = false;
+};
+using fake_ptr = std::shared_ptr<fake_write>;
+fake_ptr w(std::string key, std::string lock) {
+    return std::make_shared<fake_write>(fake_write{std::move(key), std::move(lock)});
+}
+
+} // namespace
+
+TEST_CASE("batch statement: key rows locked in key order before fences in lock order") {
+    const auto s = sql::write_batch_sql("fk");
+    CHECK(s.rfind("WITH i AS MATERIALIZED", 0) == 0);
+    CHECK(s.find(';') == std::string::npos);
+    const auto keys = pos(s, "ORDER BY r.key COLLATE \"C\" FOR UPDATE");
+    const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
+    const auto fence_order = pos(s, "ORDER BY c.lock COLLATE \"C\"");
+    const auto data = pos(s, "UPDATE \"fk\".resources r SET");
+    CHECK(keys < fences);
+    CHECK(fences < fence_order);
+    CHECK(fence_order < data);
+    // Each row's fence step depends on that row's own checks only.
+    pos(s, "WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.absent");
+    pos(s, "WHERE fe.token <= EXCLUDED.token");
+    // Data only for rows whose fence step returned a row.
+    pos(s, "FROM c JOIN f ON f.lock = c.lock");
+    // Refused creates leave no placeholder; results in input order.
+    pos(s, "r.version = 0 AND r.deleted");
+    pos(s, "WITH ORDINALITY");
+    CHECK(s.ends_with("\nORDER BY c.n"));
+    pos(s, "fk_raise('FKB01'");
+    CHECK(s.find("$9::boolean[]") != std::string::npos);
+    CHECK(s.find("$10") == std::string::npos);
+}
+
+TEST_CASE("claim statement: placeholders in key order, never over an existing row") {
+    const auto s = sql::claim_sql("fk");
+    pos(s, "SELECT u.key, u.lock, NULL, NULL, 0, 0, true");
+    pos(s, "ORDER BY u.key COLLATE \"C\"");
+    CHECK(s.ends_with("\nON CONFLICT (key) DO NOTHING"));
+    const auto all = sql::prepared_statements("fk");
+    bool claim = false, batch = false;
+    for (const auto& st : all) {
+        claim |= std::string(st.name) == sql::name::claim && st.nparams == 2;
+        batch |= std::string(st.name) == sql::name::write_batch && st.nparams == 9;
+    }
+    CHECK(claim);
+    CHECK(batch);
+}
+
+TEST_CASE("array_builder: one dimension, lower bound 1, big-endian lengths and values") {
+    sql::array_builder b(sql::oid_int8, 2);
+    b.add_int8(1);
+    b.add_int8(-2);
+    auto elems = decode_array(std::move(b).finish(), sql::oid_int8);
+    REQUIRE(elems.size() == 2);
+    CHECK(elems[0] == std::string("\0\0\0\0\0\0\0\1", 8));
+    CHECK(elems[1] == std::string("\xff\xff\xff\xff\xff\xff\xff\xfe", 8));
+    sql::array_builder e(sql::oid_text, 0);
+    CHECK(decode_array(std::move(e).finish(), sql::oid_text).empty());
+}
+
+TEST_CASE("write_batch_params: arrays in input order, bodies verbatim, claim only for PUTs") {
+    std::vector<sql::batch_item> items(3);
+    items[0].key = "a";
+    items[0].lock = "L1";
+    items[0].token = 7;
+    items[0].body = std::string_view("x\0y", 3);
+    items[0].content_type = "text/plain";
+    items[1].key = "b";
+    items[1].lock = "L2";
+    items[1].token = 8;
+    items[1].is_delete = true;
+    items[1].pre.if_match = 3;
+    items[2].key = "c";
+    items[2].lock = "L3";
+    items[2].token = 9;
+    items[2].pre.if_none_match_any = true;
+    items[2].pre.if_match = 0; // never matches: stays failing
+    const auto p = sql::write_batch_params(items);
+    REQUIRE(p.write.size() == 9);
+    for (const auto& prm : p.write)
+        CHECK(prm.is_binary);
+    CHECK(decode_array(*p.write[0].text, sql::oid_text) == std::vector<std::string>{"a", "b", "c"});
+    CHECK(decode_array(*p.write[1].text, sql::oid_text) ==
+          std::vector<std::string>{"L1", "L2", "L3"});
+    CHECK(decode_array(*p.write[3].text, sql::oid_bytea)[0] == std::string("x\0y", 3));
+    CHECK(decode_array(*p.write[3].text, sql::oid_bytea)[1].empty());
+    const auto if_match = decode_array(*p.write[5].text, sql::oid_int8);
+    CHECK(if_match[0] == std::string(8, '\0')); // none
+    CHECK(if_match[1] == std::string("\0\0\0\0\0\0\0\3", 8));
+    CHECK(if_match[2] == std::string(8, '\xff')); // -1
+    CHECK(decode_array(*p.write[7].text, sql::oid_bool) ==
+          std::vector<std::string>{std::string(1, '\0'), std::string(1, '\0'), "\1"});
+    CHECK(decode_array(*p.write[8].text, sql::oid_bool) ==
+          std::vector<std::string>{std::string(1, '\0'), "\1", std::string(1, '\0')});
+    REQUIRE(p.claim.size() == 2);
+    CHECK(decode_array(*p.claim[0].text, sql::oid_text) == std::vector<std::string>{"a", "c"});
+    CHECK(decode_array(*p.claim[1].text, sql::oid_text) == std::vector<std::string>{"L1", "L3"});
+    // Deletes only: nothing to claim.
+    CHECK(sql::write_batch_params({items[1]}).claim.empty());
+}
+
+TEST_CASE("map_batch: every row its own outcome, mapped back in order") {
+    const std::vector<batch_row> rows{{10, true},  {10, true}, {10, true},
+                                      {10, false}, {10, true}, {10, true}};
+    auto t = batch_table({
+        {"1", "f", "f", null, "10", "3", "f", "9", "f", null},     // applied, replaced
+        {"2", "f", "f", null, null, null, "t", "12", "f", null},   // stale
+        {"3", "t", "f", "other", null, null, "f", "5", "f", null}, // lock_mismatch
+        {"4", "f", "f", null, "10", null, "f", "10", "f", null},   // delete applied
+        {"5", "f", "t", null, null, null, "f", "9", "f", null},    // precondition failed
+        {"6", "f", "f", null, null, null, "t", null, "t", null},   // absent: claim again
+    });
+    auto maps = map_batch(pipeline({ok(), t, ok(result_table::status::pipeline_sync)}), rows, true);
+    REQUIRE(maps.size() == 6);
+    CHECK(maps[0].result.error == errc::ok);
+    CHECK(maps[0].result.version == 3);
+    CHECK_FALSE(maps[0].result.created);
+    CHECK(maps[1].result.error == errc::stale_token);
+    CHECK(maps[1].result.current_token == 12);
+    CHECK(maps[2].result.error == errc::lock_mismatch);
+    CHECK(maps[2].result.lock == "other");
+    CHECK(maps[3].result.error == errc::ok);
+    CHECK(maps[4].result.error == errc::precondition_failed);
+    CHECK(maps[5].retry);
+    CHECK_FALSE(maps[5].alone);
+    for (int i = 0; i < 5; ++i)
+        CHECK_FALSE(maps[static_cast<std::size_t>(i)].retry);
+}
+
+TEST_CASE("map_batch: a fence newer than the snapshot is a per-row retry") {
+    auto t = batch_table({{"1", "f", "f", null, null, null, "t", "4", "f", null},
+                          {"2", "f", "f", null, "5", "1", "t", null, "f", null}});
+    auto maps = map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}),
+                          {{5, true}, {5, true}}, false);
+    CHECK(maps[0].retry);
+    CHECK(maps[1].result.error == errc::ok);
+    CHECK(maps[1].result.created);
+}
+
+TEST_CASE("map_batch: a server error aborts the batch; rows are re-run one at a time") {
+    const std::vector<batch_row> two{{1, true}, {2, true}};
+    for (const char* state : {"40P01", "23505", "FKB01", "57014"}) {
+        CAPTURE(state);
+        auto maps = map_batch(
+            pipeline({ok(), server_error(state), ok(result_table::status::pipeline_aborted),
+                      ok(result_table::status::pipeline_sync)}),
+            two, true);
+        for (const auto& m : maps) {
+            CHECK(m.retry);
+            CHECK(m.alone);
+        }
+    }
+    // Alone, the error is the row's own: a deadlock is re-run, anything else answered.
+    const std::vector<batch_row> one{{1, true}};
+    auto m = map_batch(pipeline({server_error("40P01"), ok(result_table::status::pipeline_sync)}),
+                       one, false);
+    CHECK(m[0].retry);
+    m = map_batch(pipeline({server_error("57014"), ok(result_table::status::pipeline_sync)}), one,
+                  false);
+    CHECK_FALSE(m[0].retry);
+    CHECK(m[0].result.error == errc::unavailable);
+    m = map_batch(pipeline({server_error("FKB01"), ok(result_table::status::pipeline_sync)}), one,
+                  false);
+    CHECK(m[0].result.error == errc::internal);
+    // Even when the connection died afterwards: the error proves the rollback.
+    auto o = pipeline({server_error("23505")});
+    o.t = exec_outcome::transport::failed_after_send;
+    CHECK(map_batch(o, two, false)[1].alone);
+}
+
+TEST_CASE("map_batch: transport failures are every row's, 503 before the Sync left, 504 after") {
+    const std::vector<batch_row> rows{{1, true}, {2, false}, {3, true}};
+    using tr = exec_outcome::transport;
+    for (auto t : {tr::failed_unsent, tr::timeout_unsent}) {
+        exec_outcome o;
+        o.t = t;
+        for (const auto& m : map_batch(o, rows, true)) {
+            CHECK_FALSE(m.retry);
+            CHECK(m.result.error == errc::unavailable);
+        }
+    }
+    for (auto t : {tr::failed_after_send, tr::timeout_after_send}) {
+        exec_outcome o;
+        o.t = t;
+        o.results.push_back(ok()); // the claim's result arrived, the batch's did not
+        for (const auto& m : map_batch(o, rows, true)) {
+            CHECK_FALSE(m.retry);
+            CHECK(m.result.error == errc::outcome_unknown);
+        }
+    }
+}
+
+TEST_CASE("map_batch: a malformed answer is never a success") {
+    const std::vector<batch_row> rows{{1, true}, {2, true}};
+    // One row missing.
+    auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null}});
+    for (const auto& m :
+         map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, false))
+        CHECK(m.result.error == errc::internal);
+    // Rows out of order.
+    t = batch_table({{"2", "f", "f", null, "1", "1", "t", null, "f", null},
+                     {"1", "f", "f", null, "2", "1", "t", null, "f", null}});
+    for (const auto& m :
+         map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, false))
+        CHECK(m.result.error == errc::internal);
+    // No Sync at the end.
+    t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null},
+                     {"2", "f", "f", null, "2", "1", "t", null, "f", null}});
+    for (const auto& m : map_batch(pipeline({t}), rows, false))
+        CHECK(m.result.error == errc::internal);
+}
+
+TEST_CASE("batch_queue: FIFO, at most one write per key and per lock, bounded size") {
+    detail::batch_queue<fake_ptr> q(3);
+    auto a = w("k1", "L1"), b = w("k2", "L1"), c = w("k1", "L2"), d = w("k3", "L3"),
+         e = w("k4", "L4"), f = w("k5", "L5");
+    for (auto& x : {a, b, c, d, e, f})
+        q.push(x);
+    auto batch = q.take();
+    // b shares a's lock, c shares a's key: both wait for a later batch.
+    CHECK(batch == std::vector<fake_ptr>{a, d, e});
+    // Everything left conflicts with a (in flight) except f.
+    CHECK(q.take() == std::vector<fake_ptr>{f});
+    CHECK(q.take().empty());
+    CHECK_FALSE(q.has_ready());
+    q.done(batch);
+    CHECK(q.has_ready());
+    // b (k2, L1) and c (k1, L2) are free now and do not conflict with each other.
+    CHECK(q.take() == std::vector<fake_ptr>{b, c});
+    CHECK(q.empty());
+}
+
+TEST_CASE("batch_queue: a retried write goes first, an alone write travels by itself") {
+    detail::batch_queue<fake_ptr> q(64);
+    auto a = w("k1", "L1"), b = w("k2", "L2"), c = w("k3", "L3");
+    q.push(a);
+    q.push(b);
+    auto first = q.take();
+    CHECK(first.size() == 2);
+    q.push(c);
+    auto later = w("k1", "L1"); // same lock and key as a
+    q.push(later);
+    q.done(first);
+    a->alone = true;
+    b->alone = true;
+    q.push_front(b);
+    q.push_front(a);
+    CHECK(q.take() == std::vector<fake_ptr>{a});
+    // With a in flight, `later` must wait; b is alone.
+    CHECK(q.take() == std::vector<fake_ptr>{b});
+    CHECK(q.take() == std::vector<fake_ptr>{c});
+    CHECK(q.take().empty());
+    q.done({a});
+    CHECK(q.take() == std::vector<fake_ptr>{later});
+}
+
+TEST_CASE("batch_queue: remove only while queued; take_queued empties") {
+    detail::batch_queue<fake_ptr> q(1);
+    auto a = w("k1", "L1"), b = w("k2", "L2");
+    q.push(a);
+    q.push(b);
+    auto batch = q.take();
+    CHECK_FALSE(q.remove(a)); // in flight
+    CHECK(q.remove(b));
+    q.push(b);
+    CHECK(q.take_queued() == std::vector<fake_ptr>{b});
+    CHECK(q.empty());
+    CHECK(q.max_batch() == 1);
+    CHECK(detail::batch_queue<fake_ptr>(0).max_batch() == 1);
+}
