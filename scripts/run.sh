@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh build
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_FAILPOINTS=OFF >/dev/null  # never ship test failpoints
 cmake --build build -j"$(nproc)" --target fencekeeper
 
 # Our defaults only where the caller (or a config file) does not choose.

@@ -5,8 +5,13 @@
 #
 #   bash scripts/test.sh                 build/ (RelWithDebInfo), the whole suite
 #   bash scripts/test.sh --sanitize      build-asan/ with ASan + UBSan, the whole suite
-#   bash scripts/test.sh [--sanitize] -- CTEST_ARGS...   e.g. -- -R contract
+#   bash scripts/test.sh --tsan          build-tsan/ with ThreadSanitizer: the unit tests and
+#                                        the concurrency-heavy integration tests
+#                                        (ctest -R 'unit_|contract|kill9' unless CTEST_ARGS given)
+#   bash scripts/test.sh [--sanitize|--tsan] -- CTEST_ARGS...   e.g. -- -R contract
 #
+# Test builds compile the file store's failpoints in (-DFK_FAILPOINTS=ON; they only act
+# when FK_FAILPOINT is set). Any sanitizer report fails the run.
 # Exits non-zero when anything fails. Depends on nothing already running.
 set -euo pipefail
 
@@ -18,8 +23,9 @@ ctest_args=()
 while (($#)); do
     case "$1" in
         --sanitize) sanitize=1 ;;
+        --tsan) sanitize=2 ;;
         --) shift; ctest_args=("$@"); break ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -33,12 +39,16 @@ bash scripts/install-deps.sh test
 
 # --- build -------------------------------------------------------------------------
 jobs="$(nproc)"
-if ((sanitize)); then
+if ((sanitize == 1)); then
     build_dir=build-asan
-    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=address,undefined)
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=address,undefined -DFK_FAILPOINTS=ON)
+elif ((sanitize == 2)); then
+    build_dir=build-tsan
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=thread -DFK_FAILPOINTS=ON)
+    ((${#ctest_args[@]})) || ctest_args=(-R 'unit_|contract|kill9')
 else
     build_dir=build
-    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_FAILPOINTS=ON)
 fi
 log "configuring $build_dir"
 cmake -S . -B "$build_dir" "${cmake_args[@]}" >/dev/null
@@ -144,10 +154,14 @@ export PGHOST=127.0.0.1 PGPORT="$pg_port" PGUSER=postgres PGDATABASE=fencekeeper
 # Tests that stop/restart Postgres themselves (fault tests) need these.
 export FK_TEST_PG_DATA="$pg_data" FK_TEST_PG_BIN="$pg_bin" FK_TEST_PG_RUN_AS=postgres
 
-if ((sanitize)); then
+if ((sanitize == 1)); then
     mkdir -p "$tmp/sanitizer"
     export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:log_path=$tmp/sanitizer/asan"
     export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$tmp/sanitizer/ubsan"
+elif ((sanitize == 2)); then
+    mkdir -p "$tmp/sanitizer"
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=66:log_path=$tmp/sanitizer/tsan"
+    if [[ -f tests/tsan.supp ]]; then TSAN_OPTIONS+=":suppressions=$repo/tests/tsan.supp"; fi
 fi
 
 # --- tests -------------------------------------------------------------------------
