@@ -26,6 +26,8 @@ constexpr std::int64_t min_header_bytes = 1024;
 constexpr std::int64_t max_header_bytes = 1024 * 1024;
 constexpr std::int64_t max_body_bytes = 1024 * 1024 * 1024;
 constexpr std::int64_t max_connections = 1'000'000;
+constexpr std::int64_t max_inflight_requests = 1'000'000;
+constexpr std::size_t max_path_bytes = 4096;
 constexpr std::int64_t max_threads = 1024;
 constexpr std::int64_t max_pool_size = 1024;
 constexpr std::int64_t max_queue_limit = 1'000'000;
@@ -176,6 +178,20 @@ error apply_store(const std::string& text, const std::string& name, settings& in
     return std::nullopt;
 }
 
+// A path: non-empty, bounded, no control characters (a NUL would cut it short).
+error apply_auth_token_file(const std::string& text, const std::string& name, settings& into) {
+    const bool ok = !text.empty() && text.size() <= max_path_bytes &&
+                    std::none_of(text.begin(), text.end(), [](char c) {
+                        const auto u = static_cast<unsigned char>(c);
+                        return u < 0x20 || u == 0x7f;
+                    });
+    if (!ok)
+        return fail(name + ": expected a file path (1 to " + std::to_string(max_path_bytes) +
+                    " bytes, no control characters), got " + in_quotes(text));
+    into.auth_token_file = text;
+    return std::nullopt;
+}
+
 error apply_level(std::string_view text, const std::string& name, settings& into) {
     auto l = logging::parse_level(text);
     if (!l)
@@ -225,6 +241,8 @@ error apply_limits(const json& obj, const std::string& path, http_limits& out) {
             e = read_millis(v, p, out.write_timeout);
         else if (key == "max_connections")
             e = read_number(v, p, 1, max_connections, out.max_connections);
+        else if (key == "max_inflight_requests")
+            e = read_number(v, p, 1, max_inflight_requests, out.max_inflight_requests);
         else
             e = unknown_key(p);
         if (e)
@@ -458,6 +476,11 @@ std::optional<parse_error> apply_json(std::string_view json_text, settings& into
                 e = apply_level(text, p, s);
         } else if (key == "shutdown_timeout_ms") {
             e = read_millis(v, p, s.shutdown_timeout);
+        } else if (key == "auth_token_file") {
+            std::string text;
+            e = read_string(v, p, text);
+            if (!e)
+                e = apply_auth_token_file(text, p, s);
         } else if (key == "limits") {
             e = apply_limits(v, p, s.http);
         } else if (key == "postgres") {
@@ -552,14 +575,16 @@ std::variant<command_line, parse_error> parse_command_line(const std::vector<std
         const std::string flag = arg.substr(0, eq);
         const bool inline_value = eq != std::string::npos;
 
-        if (flag == "--help" || flag == "--version") {
+        if (flag == "--help" || flag == "--version" || flag == "--check-config") {
             if (inline_value)
                 return fail(flag + ": takes no value");
-            (flag == "--help" ? cl.show_help : cl.show_version) = true;
+            (flag == "--help"      ? cl.show_help
+             : flag == "--version" ? cl.show_version
+                                   : cl.check_config) = true;
             continue;
         }
         if (flag != "--config" && flag != "--listen" && flag != "--store" && flag != "--threads" &&
-            flag != "--log-level")
+            flag != "--log-level" && flag != "--auth-token-file")
             return fail("unknown flag " + in_quotes(flag));
 
         std::string value;
@@ -600,6 +625,8 @@ std::variant<command_line, parse_error> parse_command_line(const std::vector<std
             e = apply_store(value, flag, cl.values);
         } else if (flag == "--log-level") {
             e = apply_level(value, flag, cl.values);
+        } else if (flag == "--auth-token-file") {
+            e = apply_auth_token_file(value, flag, cl.values);
         } else if (flag == "--threads") {
             const bool digits =
                 value.size() <= 4 && std::all_of(value.begin(), value.end(),
@@ -632,6 +659,13 @@ Options:
   --store URL         file:PATH or postgresql://... (default file:./data)
   --threads N         I/O threads, 1 to 1024 (default: the number of cores)
   --log-level LEVEL   debug, info, warn or error (default info)
+  --auth-token-file FILE
+                      require "Authorization: Bearer <first line of FILE>" on /v1/* and
+                      /metrics (default: $FENCEKEEPER_AUTH_TOKEN if set, else no auth);
+                      SIGHUP re-reads it
+  --check-config      validate the config file and flags (and the token file), print
+                      "config ok" and exit 0, or print the problem and exit 2; opens no
+                      store and binds no port
   -h, --help          print this help and exit
   --version           print the version and exit
 

@@ -21,17 +21,19 @@ struct command_line {
     settings values;
     bool show_help = false;
     bool show_version = false;
+    bool check_config = false; // --check-config: validate, print, exit 0 or 2
     std::optional<std::string> config_file;
 };
 
 // Applies a JSON config document on top of `into`. Keys: listen ("HOST:PORT"), store,
 // threads, log_level, limits{...}, postgres{...}, operations{NAME: {sql}},
-// shutdown_timeout_ms. Unknown keys are errors.
+// shutdown_timeout_ms, auth_token_file. Unknown keys are errors.
 std::optional<parse_error> apply_json(std::string_view json_text, settings& into);
 
 // Parses argv[1..]: --config FILE (loaded first), --listen HOST:PORT, --store URL,
-// --threads N, --log-level LEVEL, --help, --version; both "--flag value" and
-// "--flag=value". Reads the config file from disk.
+// --threads N, --log-level LEVEL, --auth-token-file FILE, --check-config, --help,
+// --version; both "--flag value" and "--flag=value". Reads the config file from disk (not
+// the token file: that is proxy/auth.hpp's job).
 std::variant<command_line, parse_error> parse_command_line(const std::vector<std::string>& args);
 
 // "HOST:PORT" and "[v6]:PORT"; port 0 allowed.

@@ -23,6 +23,7 @@ struct http_limits {
     millis body_timeout{60'000};                  // to receive a request body
     millis write_timeout{30'000};                 // to send a response
     std::size_t max_connections = 10'000;         // excess connections are refused
+    std::size_t max_inflight_requests = 1'024;    // process-wide; excess → 503 + Retry-After
 };
 
 struct postgres_settings {
@@ -49,6 +50,8 @@ struct settings {
     postgres_settings postgres;
     std::map<std::string, operation> operations;
     millis shutdown_timeout{10'000}; // drain deadline on SIGTERM / SIGINT
+    // Bearer token file (--auth-token-file); unset → FENCEKEEPER_AUTH_TOKEN, else auth off.
+    std::optional<std::string> auth_token_file;
 };
 
 // threads resolved against the machine (0 → cores, at least 1).
