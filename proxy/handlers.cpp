@@ -6,11 +6,13 @@
 #include "proxy/detail/json_depth.hpp"
 #include "proxy/detail/request_id.hpp"
 #include "proxy/detail/rfc3339.hpp"
+#include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -24,6 +26,7 @@ constexpr std::string_view fencing_token_field = "Fencing-Token";
 constexpr std::string_view fencing_token_alias = "X-Fencing-Token";
 constexpr std::string_view fencing_lock_field = "Fencing-Lock";
 constexpr std::string_view request_id_field = "X-Request-Id";
+constexpr std::string_view metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
 // Nesting deeper than this in an operation body is refused: serialising and destroying
 // JSON recurses, and no SQL parameter needs it.
 constexpr std::size_t max_params_depth = 32;
@@ -147,13 +150,42 @@ nlohmann::json log_fields(const call& c) {
     return {{"peer", c.ctx.peer}, {"request_id", c.ctx.request_id}};
 }
 
+// Times one store call: store_duration_seconds{op}, and store_errors_total{kind} when the
+// store failed (client-caused answers such as not_found or stale_token are not store
+// errors).
+class store_timer {
+public:
+    store_timer(const call& c, store_op op) noexcept
+        : stats_(c.ctx.stats), op_(op), start_(std::chrono::steady_clock::now()) {}
+    void done(errc e) const noexcept {
+        if (stats_)
+            stats_->observe_store(op_, std::chrono::steady_clock::now() - start_, e);
+    }
+
+private:
+    metrics* stats_;
+    store_op op_;
+    std::chrono::steady_clock::time_point start_;
+};
+
+// writes_total{result} for a write, delete, fence advance or operation the store answered;
+// the stale gap too when it was stale.
+void count_write(const call& c, errc e, token_t token, token_t current) noexcept {
+    if (!c.ctx.stats)
+        return;
+    c.ctx.stats->count_write(e);
+    if (e == errc::stale_token)
+        c.ctx.stats->observe_stale_gap(current, token);
+}
+
 void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
                token_t token, token_t current) {
     auto f = log_fields(c);
     f["lock"] = lock;
     f["key"] = key ? nlohmann::json(*key) : nlohmann::json(nullptr);
     f["token"] = token;
-    f["current_token"] = current;
+    f["fence"] = current;
+    f["current_token"] = current; // the name in the 409 body
     f["gap"] = current - token;
     logging::write(logging::level::warn, "rejected stale write", f);
 }
@@ -224,7 +256,10 @@ net::awaitable<response> put_resource(call c) {
     p.content_type = std::string{std::string_view{c.req[http::field::content_type]}};
     p.body = std::move(c.req.body());
     p.pre = *pre.value;
+    store_timer timer{c, store_op::put};
     auto r = co_await c.ctx.store.put(std::move(p));
+    timer.done(r.error);
+    count_write(c, r.error, *token.value, r.current_token);
     if (r.error != errc::ok)
         co_return write_failure(c, r, c.match.name, *lock.value, *token.value);
 
@@ -252,7 +287,10 @@ net::awaitable<response> delete_resource(call c) {
     d.lock = *lock.value;
     d.token = *token.value;
     d.pre = *pre.value;
+    store_timer timer{c, store_op::del};
     auto r = co_await c.ctx.store.remove(std::move(d));
+    timer.done(r.error);
+    count_write(c, r.error, *token.value, r.current_token);
     if (r.error != errc::ok)
         co_return write_failure(c, r, c.match.name, *lock.value, *token.value);
 
@@ -261,7 +299,9 @@ net::awaitable<response> delete_resource(call c) {
 }
 
 net::awaitable<response> get_resource(call c) {
+    store_timer timer{c, store_op::get};
     auto r = co_await c.ctx.store.get(c.match.name, !c.head);
+    timer.done(r.error);
     if (r.error == errc::not_found)
         co_return make_error_response(errc::not_found, "no resource '" + c.match.name + "'");
     if (r.error != errc::ok)
@@ -287,7 +327,9 @@ nlohmann::json fence_json(const store::fence_info& f) {
 }
 
 net::awaitable<response> get_fence(call c) {
+    store_timer timer{c, store_op::fence_read};
     auto r = co_await c.ctx.store.read_fence(c.match.name);
+    timer.done(r.error);
     if (r.error == errc::not_found)
         co_return make_error_response(errc::not_found,
                                       "lock '" + c.match.name + "' has never been fenced");
@@ -300,7 +342,10 @@ net::awaitable<response> put_fence(call c) {
     auto token = token_of(c.req);
     if (token.failure)
         co_return std::move(*token.failure);
+    store_timer timer{c, store_op::fence_advance};
     auto r = co_await c.ctx.store.advance_fence(c.match.name, *token.value);
+    timer.done(r.error);
+    count_write(c, r.error, *token.value, r.current_token);
     if (r.error != errc::ok)
         co_return write_failure(c, r, std::nullopt, c.match.name, *token.value);
     log_applied(c, std::nullopt, c.match.name, r.token);
@@ -312,7 +357,9 @@ net::awaitable<response> list_fences(call c) {
     l.prefix = c.match.query.prefix;
     l.after = c.match.query.after;
     l.limit = c.match.query.limit;
+    store_timer timer{c, store_op::fence_list};
     auto r = co_await c.ctx.store.list_fences(std::move(l));
+    timer.done(r.error);
     if (r.error != errc::ok)
         co_return store_failure(c, r.error, r.message);
     auto fences = nlohmann::json::array();
@@ -376,7 +423,10 @@ net::awaitable<response> run_operation(call c) {
     o.lock = *lock.value;
     o.token = *token.value;
     o.params = std::move(*params.value);
+    store_timer timer{c, store_op::operation};
     auto r = co_await c.ctx.store.run_operation(std::move(o));
+    timer.done(r.error);
+    count_write(c, r.error, *token.value, r.current_token);
     switch (r.error) {
     case errc::ok:
         break;
@@ -431,8 +481,14 @@ net::awaitable<response> dispatch(call c) {
         if (c.ctx.store.ready())
             co_return json_response(http::status::ok, {{"status", "ready"}});
         co_return make_error_response(errc::unavailable, "the store is not ready");
-    case route::metrics:
-        co_return make_error_response(errc::not_found, "metrics are not implemented yet");
+    case route::metrics: {
+        if (!c.ctx.stats)
+            co_return make_error_response(errc::not_found, "metrics are not enabled");
+        response res{http::status::ok, 11};
+        res.set(http::field::content_type, metrics_content_type);
+        res.body() = c.ctx.stats->render();
+        co_return res;
+    }
     case route::not_found:
         break;
     }
@@ -474,6 +530,7 @@ net::awaitable<response> handle_request(handler_context& ctx, request&& req) {
     std::optional<std::string> failure;
     try {
         auto match = match_route(req.method(), req.target());
+        ctx.matched = match.kind;
         res = co_await dispatch(call{ctx, req, match, head});
     } catch (const std::exception& e) {
         failure = e.what();

@@ -7,6 +7,7 @@
 #include "backends/store.hpp"
 #include "config/settings.hpp"
 #include "proxy/error_response.hpp"
+#include "proxy/router.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -19,11 +20,17 @@ namespace fk::proxy {
 
 using request = http::request<http::string_body>;
 
+class metrics;
+
 struct handler_context {
     store::store& store;
     const config::settings& settings;
     std::string peer;       // "ip:port" of the client, for logs
     std::string request_id; // set by handle_request: the client's X-Request-Id or a new one
+    // Where store calls, writes and stale gaps are counted, and what GET /metrics renders;
+    // null: nothing is counted and /metrics is 404 (unit tests, fuzzers).
+    metrics* stats = nullptr;
+    route matched = route::not_found; // set by handle_request, for requests_total{route}
 };
 
 // Routes and answers one request. Never throws: a bug (an exception escaping a handler)

@@ -1,17 +1,28 @@
 // fencekeeper: parse the command line, open the store, serve HTTP until SIGTERM/SIGINT,
-// drain, stop the store, exit 0 (CONTRACT §7).
+// drain, stop the store, exit 0 (CONTRACT §7). SIGHUP re-reads the auth token and the log
+// level; --check-config validates and exits.
 
 #include "backends/make_store.hpp"
 #include "config/logging.hpp"
 #include "config/parse.hpp"
 #include "config/settings.hpp"
+#include "proxy/auth.hpp"
+#include "proxy/detail/store_url.hpp"
+#include "proxy/metrics.hpp"
+#include "proxy/overload.hpp"
+#include "proxy/preflight.hpp"
+#include "proxy/reload.hpp"
 #include "proxy/server.hpp"
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,7 +31,7 @@
 #include <vector>
 
 #ifndef FK_VERSION
-#define FK_VERSION "0.1.0" // keep in step with project(VERSION) in CMakeLists.txt
+#define FK_VERSION "0.1.0" // set from project(VERSION) by CMakeLists.txt
 #endif
 
 namespace {
@@ -36,8 +47,59 @@ public:
     void destroy_pending_work() { shutdown(); }
 };
 
-int serve(const config::settings& settings) {
+// SIGHUP handling on a thread of its own: a reload reads files, and blocking file I/O
+// never runs on the I/O threads.
+class reload_thread {
+public:
+    reload_thread(std::vector<std::string> args, proxy::authenticator& auth)
+        : args_(std::move(args)), auth_(auth), work_(net::make_work_guard(io_)), hup_(io_, SIGHUP) {
+        wait();
+        thread_ = std::thread([this] { io_.run(); });
+    }
+    ~reload_thread() {
+        io_.stop();
+        thread_.join();
+    }
+    reload_thread(const reload_thread&) = delete;
+    reload_thread& operator=(const reload_thread&) = delete;
+
+private:
+    void wait() {
+        hup_.async_wait([this](const boost::system::error_code& ec, int) {
+            if (ec)
+                return;
+            logging::write(logging::level::info, "SIGHUP: reloading auth token and log level");
+            proxy::reload_settings(args_, auth_);
+            wait();
+        });
+    }
+
+    std::vector<std::string> args_;
+    proxy::authenticator& auth_;
+    net::io_context io_;
+    net::executor_work_guard<net::io_context::executor_type> work_;
+    net::signal_set hup_;
+    std::thread thread_;
+};
+
+int serve(const std::vector<std::string>& args, const config::settings& settings) {
     logging::set_level(settings.log_level);
+    auto checked = proxy::preflight(settings);
+    if (!checked.ok()) {
+        std::cerr << "fencekeeper: " << checked.error << "\n";
+        return 2;
+    }
+    proxy::authenticator auth{checked.token};
+    // SIGHUP is watched before anything else can go wrong, so that a reload sent while we
+    // start never kills the process (its default action).
+    reload_thread reloader{args, auth};
+
+    if (auto warning = proxy::exposure_warning(settings, auth.enabled())) {
+        std::cerr << "fencekeeper: " << *warning << std::endl;
+        logging::write(logging::level::warn, "listening on a non-loopback address without auth",
+                       {{"listen", settings.listen_host}});
+    }
+
     const int threads = config::effective_threads(settings);
     io_context io{threads};
 
@@ -48,7 +110,13 @@ int serve(const config::settings& settings) {
     }
     auto store = std::move(std::get<std::unique_ptr<store::store>>(opened));
 
-    proxy::server server{io, *store, settings};
+    proxy::metrics stats{FK_VERSION};
+    stats.set_store_ready_probe([s = store.get()] { return s->ready(); });
+    proxy::limiter connections{settings.http.max_connections};
+    proxy::limiter inflight{settings.http.max_inflight_requests};
+    const proxy::session_services services{*store, settings, stats, auth, connections, inflight};
+
+    proxy::server server{io, services};
     if (auto error = server.listen()) {
         std::cerr << "fencekeeper: " << *error << "\n";
         store->stop();
@@ -58,7 +126,11 @@ int serve(const config::settings& settings) {
     auto address = server.local_address();
     std::cout << "listening on " << address << std::endl; // flushed: scripts wait for it
     logging::write(logging::level::info, "listening",
-                   {{"address", address}, {"threads", threads}, {"store", settings.store}});
+                   {{"address", address},
+                    {"threads", threads},
+                    {"store", proxy::detail::redact_store_url(settings.store)},
+                    {"auth", auth.enabled()},
+                    {"version", FK_VERSION}});
 
     std::vector<std::thread> pool;
     pool.reserve(static_cast<std::size_t>(threads));
@@ -87,6 +159,19 @@ int serve(const config::settings& settings) {
     return 0;
 }
 
+// --check-config: everything serve() checks before it opens the store or binds.
+int check_config(const config::settings& settings) {
+    auto checked = proxy::preflight(settings);
+    if (!checked.ok()) {
+        std::cerr << "fencekeeper: " << checked.error << "\n";
+        return 2;
+    }
+    std::cout << "config ok\n";
+    if (auto warning = proxy::exposure_warning(settings, checked.token.has_value()))
+        std::cerr << "fencekeeper: " << *warning << "\n";
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -106,8 +191,10 @@ int main(int argc, char** argv) {
         std::cout << "fencekeeper " FK_VERSION "\n";
         return 0;
     }
+    if (cl.check_config)
+        return check_config(cl.values);
     try {
-        return serve(cl.values);
+        return serve(args, cl.values);
     } catch (const std::exception& e) {
         std::cerr << "fencekeeper: fatal: " << e.what() << "\n";
         return 1;

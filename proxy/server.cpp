@@ -45,8 +45,8 @@ void log_exception(std::string_view what, std::exception_ptr e, std::string_view
 
 } // namespace
 
-server::server(net::io_context& io, store::store& store, const config::settings& settings)
-    : io_(io), store_(store), settings_(settings), acceptor_(net::make_strand(io)),
+server::server(net::io_context& io, const session_services& services)
+    : io_(io), services_(services), settings_(services.settings), acceptor_(net::make_strand(io)),
       signals_(io, SIGINT, SIGTERM), deadline_(net::make_strand(io)),
       registry_(std::make_shared<connection_registry>()) {}
 
@@ -168,9 +168,21 @@ net::awaitable<void> server::accept_loop() {
             co_await backoff.async_wait(use_tuple);
             continue;
         }
+        auto permit = services_.connections.try_acquire();
+        if (!permit) {
+            services_.stats.count_connection_rejected();
+            if (logging::enabled(logging::level::debug))
+                logging::write(logging::level::debug, "connection refused: max_connections reached",
+                               {{"limit", services_.connections.limit()}});
+            beast::error_code ignored;
+            socket.shutdown(tcp::socket::shutdown_both, ignored);
+            socket.close(ignored);
+            continue;
+        }
         beast::error_code nodelay_ec;
         socket.set_option(tcp::no_delay(true), nodelay_ec);
-        auto s = std::make_shared<session>(std::move(socket), store_, settings_, registry_);
+        auto s =
+            std::make_shared<session>(std::move(socket), services_, registry_, std::move(permit));
         auto executor = s->executor();
         net::co_spawn(
             executor, [s]() -> net::awaitable<void> { co_await s->run(); },

@@ -3,10 +3,17 @@
 // its own strand (Beast's advanced_server_flex_awaitable shape). SIGTERM / SIGINT start
 // a graceful drain: stop accepting, let in-flight requests finish, close idle
 // keep-alive connections, and force-close whatever is left at the shutdown deadline.
+//
+// Admission: at most limits.max_connections connections are open; one more is accepted
+// and closed at once (no response: the cheapest refusal, and the client sees a clean
+// close or reset it can retry), counted in connections_rejected_total. At most
+// limits.max_inflight_requests requests are served at once, process-wide (see session).
 
 #include "backends/net.hpp"
 #include "backends/store.hpp"
 #include "config/settings.hpp"
+#include "proxy/overload.hpp"
+#include "proxy/session.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -25,8 +32,8 @@ class connection_registry;
 
 class server {
 public:
-    // `store` and `settings` must outlive the server and every session it started.
-    server(net::io_context& io, store::store& store, const config::settings& settings);
+    // Everything in `services` must outlive the server and every session it started.
+    server(net::io_context& io, const session_services& services);
     ~server();
     server(const server&) = delete;
     server& operator=(const server&) = delete;
@@ -54,7 +61,7 @@ private:
     void drained();
 
     net::io_context& io_;
-    store::store& store_;
+    session_services services_;
     const config::settings& settings_;
     net::ip::tcp::acceptor acceptor_;
     net::signal_set signals_;

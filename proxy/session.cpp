@@ -1,6 +1,7 @@
 #include "proxy/session.hpp"
 
 #include "config/logging.hpp"
+#include "proxy/auth.hpp"
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/endpoint.hpp"
@@ -67,6 +68,20 @@ bool expects_continue(const request& req) {
     return req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue");
 }
 
+// The Authorization value to check: empty (rejected when auth is on) when absent or given
+// more than once, so that no proxy in front can smuggle a second one past us.
+std::string_view authorization_of(const request& req) {
+    auto [it, end] = req.equal_range(http::field::authorization);
+    if (it == end)
+        return {};
+    std::string_view value = it->value();
+    return ++it == end ? value : std::string_view{};
+}
+
+route route_of(const request& head) {
+    return match_route(head.method(), head.target()).kind;
+}
+
 std::string peer_of(const tcp::socket& socket) {
     beast::error_code ec;
     auto ep = socket.remote_endpoint(ec);
@@ -75,10 +90,11 @@ std::string peer_of(const tcp::socket& socket) {
 
 } // namespace
 
-session::session(tcp::socket socket, store::store& store, const config::settings& settings,
-                 std::shared_ptr<connection_registry> registry)
-    : stream_(std::move(socket)), store_(store), settings_(settings),
-      registry_(std::move(registry)), peer_(peer_of(stream_.socket())) {}
+session::session(tcp::socket socket, const session_services& services,
+                 std::shared_ptr<connection_registry> registry, limiter::permit connection)
+    : stream_(std::move(socket)), services_(services), settings_(services.settings),
+      registry_(std::move(registry)), connection_(std::move(connection)),
+      open_gauge_(services.stats.track_connection()), peer_(peer_of(stream_.socket())) {}
 
 void session::drain() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
@@ -114,6 +130,10 @@ net::awaitable<void> session::run() {
     co_await serve();
     if (!closed_)
         stream_.close();
+    // The socket is gone: free its place under max_connections now, not whenever the
+    // last reference to this object happens to go.
+    connection_.release();
+    open_gauge_.reset();
 }
 
 // Waits for the first byte of the next request (already buffered when pipelined).
@@ -145,6 +165,8 @@ net::awaitable<void> session::serve() {
             stream_.expires_after(limits.idle_timeout);
         if (!co_await wait_for_request())
             co_return;
+        // requests_total and request_duration_seconds measure from the head's first byte.
+        const auto started = std::chrono::steady_clock::now();
 
         http::request_parser<http::string_body> parser;
         parser.header_limit(header_limit);
@@ -158,29 +180,68 @@ net::awaitable<void> session::serve() {
                 co_await reply_and_close(errc::headers_too_large,
                                          "request line and headers exceed " +
                                              std::to_string(limits.max_header_bytes) + " bytes",
-                                         false, 11, request_id_of(head));
+                                         head, false, route::not_found, started);
             else if (hec == http::error::body_limit)
-                co_await reply_and_close(
-                    errc::body_too_large,
-                    "request body exceeds " + std::to_string(limits.max_body_bytes) + " bytes",
-                    head.method() == http::verb::head, head.version(), request_id_of(head));
+                co_await reply_and_close(errc::body_too_large,
+                                         "request body exceeds " +
+                                             std::to_string(limits.max_body_bytes) + " bytes",
+                                         head, true, route_of(head), started);
             else if (hec == http::error::bad_value)
                 co_await reply_and_close(
                     detail::classify_bad_header_value(std::string_view{
                         static_cast<const char*>(buffer_.data().data()), buffer_.size()}),
-                    "a header value contains a control character", false, 11, request_id_of(head));
+                    "a header value contains a control character", head, false, route::not_found,
+                    started);
             else if (is_http_error(hec) && hec != http::error::partial_message &&
                      hec != http::error::end_of_stream)
                 co_await reply_and_close(errc::invalid_request,
-                                         "malformed request: " + hec.message(), false, 11,
-                                         request_id_of(head));
+                                         "malformed request: " + hec.message(), head, false,
+                                         route::not_found, started);
             co_return; // otherwise: closed, timed out or drained mid-header
         }
+        // From here on the request counts as in flight (the inflight_requests gauge).
+        auto inflight_gauge = services_.stats.track_request();
         if (auto problem = framing_problem(head)) {
-            co_await reply_and_close(errc::invalid_request, *problem,
-                                     head.method() == http::verb::head, head.version(),
-                                     request_id_of(head));
+            co_await reply_and_close(errc::invalid_request, *problem, head, true, route_of(head),
+                                     started);
             co_return;
+        }
+
+        // Auth before the body is read and before the store is touched. A request whose
+        // body is still on the wire gets its answer and a close, so that the body is never
+        // read.
+        if (needs_auth(head.target()) && !services_.auth.authorized(authorization_of(head))) {
+            auto request_id = request_id_of(head);
+            logging::write(logging::level::info, "unauthorized request",
+                           {{"method", std::string_view{head.method_string()}},
+                            {"peer", peer_},
+                            {"request_id", request_id},
+                            {"authorization",
+                             head.count(http::field::authorization) == 0 ? "missing" : "wrong"}});
+            if (!co_await reply(errc::unauthorized, "missing or wrong bearer token", head, true,
+                                parser.is_done(), route_of(head), started, std::move(request_id)))
+                co_return;
+            continue;
+        }
+
+        // Admission: a process-wide bound on requests being served, taken before the body
+        // is read. A shed request touches neither the store nor the fence.
+        auto permit = services_.inflight.try_acquire();
+        if (!permit) {
+            services_.stats.count_shed();
+            auto request_id = request_id_of(head);
+            // Debug only: under overload a line per shed request would add to the load.
+            if (logging::enabled(logging::level::debug))
+                logging::write(logging::level::debug, "request shed: in-flight limit reached",
+                               {{"limit", services_.inflight.limit()},
+                                {"peer", peer_},
+                                {"request_id", request_id}});
+            if (!co_await reply(errc::unavailable,
+                                "too many requests in flight; nothing was written, retry later",
+                                head, true, parser.is_done(), route_of(head), started,
+                                std::move(request_id)))
+                co_return;
+            continue;
         }
 
         if (!parser.is_done()) {
@@ -198,33 +259,24 @@ net::awaitable<void> session::serve() {
                     co_await reply_and_close(errc::body_too_large,
                                              "request body exceeds " +
                                                  std::to_string(limits.max_body_bytes) + " bytes",
-                                             false, head.version(), request_id_of(head));
+                                             parser.get(), true, route_of(parser.get()), started);
                 else if (is_http_error(bec) && bec != http::error::partial_message &&
                          bec != http::error::end_of_stream)
                     co_await reply_and_close(errc::invalid_request,
-                                             "malformed request body: " + bec.message(), false,
-                                             head.version(), request_id_of(head));
+                                             "malformed request body: " + bec.message(),
+                                             parser.get(), true, route_of(parser.get()), started);
                 co_return;
             }
         }
 
         // The store has its own deadlines; the socket has none while the handler runs.
         stream_.expires_never();
-        handler_context ctx{store_, settings_, peer_, {}};
+        handler_context ctx{services_.store, settings_, peer_, {}, &services_.stats};
         response res = co_await handle_request(ctx, parser.release());
         if (closed_)
             co_return;
-        if (draining_)
-            res.keep_alive(false);
-
-        stream_.expires_after(limits.write_timeout);
-        auto [wec, wn] = co_await http::async_write(stream_, res, use_tuple);
-        if (wec)
+        if (!co_await send(res, ctx.matched, started))
             co_return;
-        if (!res.keep_alive()) {
-            co_await linger_close();
-            co_return;
-        }
     }
 }
 
@@ -261,20 +313,45 @@ session::read_header(http::request_parser<http::string_body>& parser) {
     }
 }
 
-net::awaitable<void> session::reply_and_close(errc code, std::string message, bool head,
-                                              unsigned version, std::string request_id) {
+net::awaitable<bool> session::send(response& res, route r, time_point started) {
+    if (draining_)
+        res.keep_alive(false);
+    stream_.expires_after(settings_.http.write_timeout);
+    auto [ec, n] = co_await http::async_write(stream_, res, use_tuple);
+    services_.stats.count_request(r, res.result_int(), std::chrono::steady_clock::now() - started);
+    if (ec)
+        co_return false;
+    if (!res.keep_alive()) {
+        co_await linger_close();
+        co_return false;
+    }
+    co_return true;
+}
+
+net::awaitable<bool> session::reply(errc code, std::string message, const request& head,
+                                    bool parsed, bool keep_alive, route r, time_point started,
+                                    std::string request_id) {
+    if (request_id.empty())
+        request_id = request_id_of(head);
     if (logging::enabled(logging::level::debug))
-        logging::write(logging::level::debug, "request refused before routing",
+        logging::write(logging::level::debug, "request refused before the handler",
                        {{"error", to_string(code)},
                         {"detail", message},
                         {"peer", peer_},
                         {"request_id", request_id}});
     response res = make_error_response(code, std::move(message));
-    finish_response(res, head, version, false, request_id);
-    stream_.expires_after(settings_.http.write_timeout);
-    auto [ec, n] = co_await http::async_write(stream_, res, use_tuple);
-    if (!ec)
-        co_await linger_close();
+    // Of a head that failed to parse only the request id is used: its method and version
+    // may be half-read, so the answer is a full HTTP/1.1 one.
+    const bool complete = parsed;
+    finish_response(res, complete && head.method() == http::verb::head,
+                    complete ? head.version() : 11, keep_alive && complete && head.keep_alive(),
+                    request_id);
+    co_return co_await send(res, r, started);
+}
+
+net::awaitable<void> session::reply_and_close(errc code, std::string message, const request& head,
+                                              bool parsed, route r, time_point started) {
+    co_await reply(code, std::move(message), head, parsed, false, r, started);
 }
 
 net::awaitable<void> session::linger_close() {

@@ -3,10 +3,21 @@
 // another (so pipelined requests are answered in order), hands each to handle_request
 // and writes the response. Every read and write has a deadline; a framing error, a
 // limit or a deadline ends only this connection.
+//
+// Per request, in this order: the head is read (bounded by max_header_bytes); the bearer
+// token is checked (401 before the body is read or the store touched); a process-wide
+// in-flight permit is taken (503 + Retry-After when none is left, before the body is
+// read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes);
+// then the body, the handler and the response. A connection serves one request at a
+// time: its in-flight count is at most 1 by construction.
 
 #include "backends/net.hpp"
 #include "backends/store.hpp"
 #include "config/settings.hpp"
+#include "proxy/handlers.hpp"
+#include "proxy/metrics.hpp"
+#include "proxy/overload.hpp"
+#include "proxy/router.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -14,19 +25,32 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 namespace fk::proxy {
 
+class authenticator;
 class connection_registry;
+
+// What every session shares. All of it must outlive every session (main owns it).
+struct session_services {
+    store::store& store;
+    const config::settings& settings;
+    metrics& stats;
+    const authenticator& auth;
+    limiter& connections; // open connections (limits.max_connections)
+    limiter& inflight;    // requests being served, process-wide (limits.max_inflight_requests)
+};
 
 class session : public std::enable_shared_from_this<session> {
 public:
     // `socket`'s executor must be a strand: run(), drain() and close() all use it.
-    session(net::ip::tcp::socket socket, store::store& store, const config::settings& settings,
-            std::shared_ptr<connection_registry> registry);
+    // `connection` is the max_connections permit this connection holds until it closes.
+    session(net::ip::tcp::socket socket, const session_services& services,
+            std::shared_ptr<connection_registry> registry, limiter::permit connection);
     session(const session&) = delete;
     session& operator=(const session&) = delete;
 
@@ -47,15 +71,28 @@ private:
     net::awaitable<void> serve();
     net::awaitable<bool> wait_for_request();
     net::awaitable<beast::error_code> read_header(http::request_parser<http::string_body>& parser);
-    net::awaitable<void> reply_and_close(errc code, std::string message, bool head,
-                                         unsigned version, std::string request_id);
+    using time_point = std::chrono::steady_clock::time_point;
+    // Sends an error the session itself decided on (401, 503 shed, 4xx framing) and counts
+    // it. keep_alive false: Connection: close, then a lingering close. `parsed` false: the
+    // head is half-read, and only its request id is used.
+    // `request_id` empty: taken from the head (or generated).
+    net::awaitable<bool> reply(errc code, std::string message, const request& head, bool parsed,
+                               bool keep_alive, route r, time_point started,
+                               std::string request_id = {});
+    net::awaitable<void> reply_and_close(errc code, std::string message, const request& head,
+                                         bool parsed, route r, time_point started);
+    // Writes a finished response and counts it in requests_total; false when the
+    // connection should end.
+    net::awaitable<bool> send(response& res, route r, time_point started);
     net::awaitable<void> linger_close();
 
     beast::tcp_stream stream_;
     beast::flat_buffer buffer_;
-    store::store& store_;
+    session_services services_;
     const config::settings& settings_;
     std::shared_ptr<connection_registry> registry_;
+    limiter::permit connection_;
+    metrics::gauge_guard open_gauge_;
     std::string peer_;
     // Strand-only state.
     bool idle_ = false;     // waiting for the first byte of a request

@@ -1,0 +1,28 @@
+#pragma once
+// The checks of a parsed configuration that need more than the parser (issue 5): the
+// store URL, the auth token (file or environment). What `fencekeeper --check-config`
+// reports, and what the server refuses to start without. Nothing here opens the store or
+// binds a socket.
+
+#include "config/settings.hpp"
+
+#include <optional>
+#include <string>
+
+namespace fk::proxy {
+
+struct preflight_result {
+    std::optional<std::string> token; // the bearer token to require; nullopt: auth off
+    std::string error;                // non-empty: the configuration cannot be served
+    bool ok() const noexcept { return error.empty(); }
+};
+
+// The store URL parses, and the auth token loads: from settings.auth_token_file when set,
+// else from FENCEKEEPER_AUTH_TOKEN (proxy/auth.hpp, resolve_token).
+preflight_result preflight(const config::settings& s);
+
+// The loud warning for a listener that anyone on the network may reach with no auth,
+// nullopt when the listen host is loopback or auth is on.
+std::optional<std::string> exposure_warning(const config::settings& s, bool auth_enabled);
+
+} // namespace fk::proxy

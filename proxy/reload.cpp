@@ -1,0 +1,47 @@
+#include "proxy/reload.hpp"
+
+#include "config/logging.hpp"
+#include "config/parse.hpp"
+#include "proxy/auth.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <variant>
+
+namespace fk::proxy {
+
+namespace {
+
+reload_result refuse(std::string why) {
+    logging::write(logging::level::error,
+                   "reload failed: keeping the current auth token and log level", {{"error", why}});
+    return {false, std::move(why)};
+}
+
+} // namespace
+
+reload_result reload_settings(const std::vector<std::string>& args, authenticator& auth) {
+    auto parsed = config::parse_command_line(args);
+    if (auto* e = std::get_if<config::parse_error>(&parsed))
+        return refuse(e->message);
+    const auto& s = std::get<config::command_line>(parsed).values;
+
+    auto token = resolve_token(s.auth_token_file);
+    if (!token.ok())
+        return refuse(token.error);
+    if (!token.token && auth.enabled())
+        return refuse("the new configuration has no auth token; a reload does not turn auth "
+                      "off (restart to do that)");
+
+    const bool auth_on = token.token.has_value();
+    auth.set_token(std::move(token.token));
+    logging::set_level(s.log_level);
+    std::string source = !auth_on            ? "off"
+                         : s.auth_token_file ? "file " + *s.auth_token_file
+                                             : std::string{auth_token_env};
+    logging::write(logging::level::info, "reloaded auth token and log level",
+                   {{"log_level", logging::to_string(s.log_level)}, {"auth", source}});
+    return {true, "log level " + std::string{logging::to_string(s.log_level)} + ", auth " + source};
+}
+
+} // namespace fk::proxy

@@ -1,0 +1,27 @@
+#pragma once
+// SIGHUP (issue 5): re-read the auth token and the log level without touching listeners,
+// connections or requests in flight.
+
+#include <string>
+#include <vector>
+
+namespace fk::proxy {
+
+class authenticator;
+
+struct reload_result {
+    bool ok = false;
+    std::string message; // what changed, or why nothing did
+};
+
+// Parses the original command line `args` again: the config file (if --config was given)
+// is read anew and the flags still override it. Then resolves the token (the token file,
+// else FENCEKEEPER_AUTH_TOKEN) and, only when all of that succeeds, swaps in the token and
+// the log level together. On any failure nothing changes. A reload never turns auth off:
+// a configuration without a token while a token is required is refused (restart to turn
+// auth off). Other settings (listen address, store, limits) need a restart and are
+// ignored here. Logs the outcome (info, or error on failure). Does blocking file I/O:
+// never call it on an I/O thread.
+reload_result reload_settings(const std::vector<std::string>& args, authenticator& auth);
+
+} // namespace fk::proxy
