@@ -9,6 +9,9 @@ next to the fencekeeper binary):
   - fsync fails at a random moment under concurrent load: no request invoked after the
     first 5xx was received is acknowledged, and the history checker passes after restart.
 
+Full disk on the journal (shim: the append is cut short, then ENOSPC): 504, failed state,
+and the restart drops the torn record and keeps everything acknowledged.
+
 Full disk, on a real 2 MiB tmpfs (a loop-mounted ext4 image if tmpfs cannot be mounted;
 skipped with a message if neither can):
   - writes that do not fit get 503 unavailable (with Retry-After), the process keeps
@@ -114,6 +117,39 @@ def test_body_fsync_eio():
     # directory or temp entry is created): the first failure before the commit point is a
     # 503, after the renames a 504.
     sequential_eio("objects", 8, (503, 504))
+
+
+def test_journal_enospc_torn_tail():
+    # The journal append hits a full disk part-way through a record (the shim cuts the
+    # write short, then ENOSPC): 504, failed state; the restart drops the torn tail and
+    # keeps everything acknowledged.
+    st = fk.file_store()
+    ks = robust.Keyspace("tail", nlocks=1, keys_per_lock=3)
+    lock = ks.locks[0]
+    history = fk.History()
+    p = st.start(env=fault_env(FK_WRITE_FAIL_PATH="journal", FK_WRITE_ENOSPC_AFTER=3000))
+    p.wait_ready()
+    failed = None
+    with p.client() as c:
+        for i in range(1, 200):
+            r = put_op(history, c, ks.keys[i % 3], lock, i, robust.body_for("tail-%d" % i, 100 + i))
+            fk.check(r is not None, "write %d: no reply" % i)
+            if r.status >= 500:
+                failed = (i, r)
+                break
+    fk.check(failed is not None, "the journal never filled up")
+    i, r = failed
+    fk.expect_error(r, 504, "outcome_unknown", "the write whose journal record was cut short")
+    fk.check(i > 5, "only %d writes before the journal filled up" % (i - 1))
+    expect_failed_state(p, "ENOSPC on the journal")
+    p.kill()
+    with open(os.path.join(st.root, "journal"), "rb") as f:
+        fk.check(not f.read().endswith(b"\n"), "the journal should end in a torn record")
+    p2 = st.start()
+    p2.wait_ready()
+    robust.verify(history, p2, ks, root=st.root)
+    print("  %d writes acknowledged, write %d cut short in the journal: 504, torn tail dropped on restart"
+          % (i - 1, i))
 
 
 def test_fsync_eio_under_load():
