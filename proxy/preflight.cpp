@@ -1,5 +1,6 @@
 #include "proxy/preflight.hpp"
 
+#include "backends/postgres/uri_check.hpp"
 #include "proxy/auth.hpp"
 
 namespace fk::proxy {
@@ -7,9 +8,17 @@ namespace fk::proxy {
 preflight_result preflight(const config::settings& s) {
     preflight_result r;
     // The parser has checked it already; a settings struct built by other means has not.
-    if (!config::parse_store_url(s.store)) {
+    const auto location = config::parse_store_url(s.store);
+    if (!location) {
         r.error = "store: expected file:PATH or a postgresql:// URI";
         return r;
+    }
+    // What libpq will say when the store opens, said now (no connection is made).
+    if (location->kind == config::store_kind::postgres) {
+        if (auto why = store::pg::check_conninfo(location->path_or_uri)) {
+            r.error = "store: not a valid postgresql:// URI: " + *why;
+            return r;
+        }
     }
     auto token = resolve_token(s.auth_token_file);
     if (!token.ok()) {

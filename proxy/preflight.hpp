@@ -17,7 +17,8 @@ struct preflight_result {
     bool ok() const noexcept { return error.empty(); }
 };
 
-// The store URL parses, and the auth token loads: from settings.auth_token_file when set,
+// The store URL parses (a postgresql:// URI as libpq parses it, without connecting), and
+// the auth token loads: from settings.auth_token_file when set,
 // else from FENCEKEEPER_AUTH_TOKEN (proxy/auth.hpp, resolve_token).
 preflight_result preflight(const config::settings& s);
 

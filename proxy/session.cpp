@@ -225,9 +225,14 @@ net::awaitable<void> session::serve() {
         }
 
         // Admission: a process-wide bound on requests being served, taken before the body
-        // is read. A shed request touches neither the store nor the fence.
-        auto permit = services_.inflight.try_acquire();
-        if (!permit) {
+        // is read. A shed request touches neither the store nor the fence. Probes and
+        // scrapes without a body are exempt: they hold no body and touch no store, and
+        // under overload is exactly when liveness must not fail and metrics are needed.
+        const route r = route_of(head);
+        const bool exempt =
+            parser.is_done() && (r == route::healthz || r == route::readyz || r == route::metrics);
+        auto permit = exempt ? limiter::permit{} : services_.inflight.try_acquire();
+        if (!permit && !exempt) {
             services_.stats.count_shed();
             auto request_id = request_id_of(head);
             // Debug only: under overload a line per shed request would add to the load.
@@ -238,8 +243,7 @@ net::awaitable<void> session::serve() {
                                 {"request_id", request_id}});
             if (!co_await reply(errc::unavailable,
                                 "too many requests in flight; nothing was written, retry later",
-                                head, true, parser.is_done(), route_of(head), started,
-                                std::move(request_id)))
+                                head, true, parser.is_done(), r, started, std::move(request_id)))
                 co_return;
             continue;
         }

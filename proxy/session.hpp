@@ -7,8 +7,9 @@
 // Per request, in this order: the head is read (bounded by max_header_bytes); the bearer
 // token is checked (401 before the body is read or the store touched); a process-wide
 // in-flight permit is taken (503 + Retry-After when none is left, before the body is
-// read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes);
-// then the body, the handler and the response. A connection serves one request at a
+// read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes;
+// /healthz, /readyz and /metrics without a body need none); then the body, the handler
+// and the response. A connection serves one request at a
 // time: its in-flight count is at most 1 by construction.
 
 #include "backends/net.hpp"

@@ -105,6 +105,16 @@ TEST_CASE("preflight: store URL and auth token") {
         CHECK_FALSE(r.ok());
         CHECK(contains(r.error, "store"));
     }
+    SUBCASE("a postgresql:// URI as libpq parses it, without connecting") {
+        s.store = "postgresql://fk:pw@127.0.0.1:1/app?sslmode=require&connect_timeout=1";
+        CHECK(fk::proxy::preflight(s).ok());
+        s.store = "postgresql://h/app?nosuchparam=1";
+        auto r = fk::proxy::preflight(s);
+        CHECK_FALSE(r.ok());
+        CHECK(contains(r.error, "nosuchparam"));
+        s.store = "postgresql://h/app%zz";
+        CHECK_FALSE(fk::proxy::preflight(s).ok());
+    }
     SUBCASE("a token file") {
         temp_file token{"token", "  s3cret-token\r\nignored second line\n"};
         s.auth_token_file = token.path;
