@@ -1,0 +1,457 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark of issue 6. One command on a fresh Debian 12, as root:
+#
+#   bash scripts/bench.sh                full run: 3 rounds, 10 s per measurement (~20 min
+#                                        on 2 cores); writes docs/benchmarks.md and
+#                                        docs/bench-throughput.png
+#   bash scripts/bench.sh --quick        smoke run: 1 round, 3 s per measurement, 50k
+#                                        locks for the memory figure (~3 min); results go
+#                                        to build-bench/bench-results/ only
+#   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
+#            --body-bytes B  --pg-script FILE  --no-docs  --docs
+#
+# Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
+# fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
+# loopback ports in a temp dir, and compares, interleaved A/B per round:
+#   P  PUT -> fencekeeper -> Postgres        vs pgbench -M prepared, the same fenced upsert
+#   F  PUT -> fencekeeper file store         vs scripts/bench/durable_write_baseline.cpp
+#   S  stale PUT (409) -> fencekeeper/pg     vs nginx `return 409`, same wrk script
+#   H  GET /healthz                          vs nginx `return 204`
+# Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak
+# (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
+# after 1M distinct locks. Everything it starts is stopped on exit.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+repo="$PWD"
+cmdline="bash scripts/bench.sh${*:+ $*}"
+
+rounds=3
+duration=10
+clients="8 32 128"
+mem_locks=1000000
+body_bytes=256
+quick=0
+docs=auto
+stale_keys=10000
+pg_script=scripts/bench/pg_fenced_upsert.sql
+while (($#)); do
+    case "$1" in
+        --quick) quick=1 ;;
+        --rounds) rounds="$2"; shift ;;
+        --duration) duration="$2"; shift ;;
+        --clients) clients="$2"; shift ;;
+        --mem-locks) mem_locks="$2"; shift ;;
+        --body-bytes) body_bytes="$2"; shift ;;
+        --pg-script) pg_script="$2"; shift ;;
+        --docs) docs=1 ;;
+        --no-docs) docs=0 ;;
+        -h|--help) sed -n "2,23p" "$0"; exit 0 ;;
+        *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if ((quick)); then
+    # Explicit flags given after --quick still win for rounds/duration/mem-locks only when
+    # they come later on the line; --quick sets the smoke defaults.
+    [[ " $cmdline " == *" --rounds "* ]] || rounds=1
+    [[ " $cmdline " == *" --duration "* ]] || duration=3
+    [[ " $cmdline " == *" --mem-locks "* ]] || mem_locks=50000
+    stale_keys=2000
+fi
+[[ $docs == auto ]] && docs=$((quick ? 0 : 1))
+[[ "$rounds" =~ ^[1-9][0-9]*$ && "$duration" =~ ^[1-9][0-9]*$ && "$mem_locks" =~ ^[0-9]+$ ]] \
+    || { echo "bench.sh: --rounds, --duration and --mem-locks take positive integers" >&2; exit 2; }
+
+t_start=$SECONDS
+log() { printf '== [%4ds] %s\n' $((SECONDS - t_start)) "$*" >&2; }
+
+# --- packages ----------------------------------------------------------------------
+# The build packages are those of scripts/install-deps.sh build; checked here so that
+# `apt-get update` runs at most once for everything.
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
+missing=()
+for p in build-essential cmake nlohmann-json3-dev libpq-dev python3 wrk postgresql gnuplot-nox procps; do
+    installed "$p" || missing+=("$p")
+done
+if ! installed libboost1.81-dev; then
+    v="$(dpkg-query -W -f='${Version}' libboost-dev 2>/dev/null || true)"
+    installed libboost-dev && dpkg --compare-versions "${v:-0}" ge 1.81 || missing+=(libboost1.81-dev)
+fi
+if ! { installed nginx-light || installed nginx || installed nginx-core || installed nginx-full ||
+       installed nginx-extras; }; then
+    missing+=(nginx-light)
+fi
+if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    [[ $EUID -eq 0 ]] || { echo "bench.sh: run as root to install: ${missing[*]}" >&2; exit 1; }
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    # policy-rc.d 101: installing postgresql/nginx must not start their system services.
+    policy=/usr/sbin/policy-rc.d created_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; created_policy=1
+    fi
+    rc=0
+    apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
+    ((created_policy)) && rm -f "$policy"
+    ((rc == 0)) || exit $rc
+fi
+[[ $EUID -eq 0 ]] || { echo "bench.sh: run as root (Postgres runs as the postgres user via runuser)" >&2; exit 1; }
+
+# --- build -------------------------------------------------------------------------
+build=build-bench
+tools="$build/bench-tools"
+results="$build/bench-results"
+mkdir -p "$tools" "$results"
+log "building $build (Release)"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFK_BUILD_TESTS=OFF >/dev/null
+nice -n 5 cmake --build "$build" -j"$(nproc)" --target fencekeeper >"$results/build.log" 2>&1 \
+    || { tail -n 40 "$results/build.log" >&2; echo "bench.sh: build failed" >&2; exit 1; }
+fk="$repo/$build/fencekeeper"
+boost_inc=()
+[[ -d /usr/include/boost ]] || boost_inc=(-I/usr/include/boost1.81)
+for t in openloop durable_write_baseline; do
+    if [[ ! -x $tools/$t || scripts/bench/$t.cpp -nt $tools/$t ]]; then
+        log "compiling scripts/bench/$t.cpp"
+        g++ -O2 -std=c++20 -pthread "${boost_inc[@]}" "scripts/bench/$t.cpp" -o "$tools/$t"
+    fi
+done
+openloop="$repo/$tools/openloop"
+baseline="$repo/$tools/durable_write_baseline"
+
+[[ -f $pg_script ]] || { echo "bench.sh: $pg_script is missing" >&2; exit 1; }
+
+# --- services ----------------------------------------------------------------------
+tmp="$(mktemp -d /tmp/fk-bench.XXXXXX)"
+chmod 755 "$tmp"
+pids=()
+pg_data=""
+pg_ctl=""
+cleanup() {
+    local rc=$?
+    set +e
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    if [[ -n "$pg_data" && -f "$pg_data/postmaster.pid" ]]; then
+        runuser -u postgres -- "$pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1
+    fi
+    rm -rf "$tmp"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+read -r pg_port nginx_port < <(python3 - <<'EOF'
+import socket
+socks = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+)
+
+wait_for() {   # wait_for NAME SECONDS CMD...
+    local name=$1 secs=$2; shift 2
+    local deadline=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= deadline)); then
+            echo "bench.sh: $name did not become ready within ${secs}s" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+pg_bin=/usr/lib/postgresql/15/bin
+[[ -x $pg_bin/initdb ]] || pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+pg_ctl="$pg_bin/pg_ctl"
+pg_dir="$tmp/pg"
+pg_data="$pg_dir/data"
+mkdir -p "$pg_dir/sock"
+chown -R postgres:postgres "$pg_dir"
+# Durable defaults (fsync, synchronous_commit, full_page_writes on); more room than the
+# defaults so that neither side waits on a checkpoint or a connection slot.
+pg_settings="-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir/sock -c max_connections=400"
+pg_settings+=" -c shared_buffers=256MB -c max_wal_size=4GB -c checkpoint_timeout=30min"
+log "starting Postgres on 127.0.0.1:$pg_port"
+runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 \
+    >"$pg_dir/initdb.log" 2>&1 || { cat "$pg_dir/initdb.log" >&2; exit 1; }
+runuser -u postgres -- "$pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 60 -o "$pg_settings" start \
+    >/dev/null || { cat "$pg_dir/server.log" >&2; exit 1; }
+wait_for Postgres 60 "$pg_bin/pg_isready" -h 127.0.0.1 -p "$pg_port" -U postgres
+psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
+psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkmem" \
+    -c "ALTER DATABASE fkmem SET synchronous_commit = off"
+pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
+
+# start_fk NAME ARGS...: starts fencekeeper, sets fk_pid_NAME and fk_port_NAME.
+start_fk() {
+    local name=$1; shift
+    "$fk" --listen 127.0.0.1:0 "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" &
+    local pid=$!
+    pids+=("$pid")
+    local deadline=$((SECONDS + 60))
+    until grep -q '^listening on ' "$tmp/fk-$name.out" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+            echo "bench.sh: fencekeeper $name did not start" >&2; tail -n 20 "$tmp/fk-$name.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    local port
+    port="$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$tmp/fk-$name.out" | head -n 1)"
+    printf -v "fk_pid_$name" '%s' "$pid"
+    printf -v "fk_port_$name" '%s' "$port"
+    wait_for "fencekeeper $name /readyz" 60 curl -fsS "http://127.0.0.1:$port/readyz"
+}
+
+log "starting fencekeepers"
+mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
+start_fk pg --store "$pg_url"                    # P
+start_fk stale --store "$pg_url"                 # S (own process: its own RSS and cache)
+start_fk file --store "file:$tmp/filestore"      # F
+start_fk health --store "file:$tmp/healthstore"  # H
+fk_threads="$(nproc)"   # fencekeeper's default --threads: one per core
+
+log "starting nginx on 127.0.0.1:$nginx_port with $fk_threads workers"
+mkdir -p "$tmp/nginx/logs"
+stale_body='{"error":"stale_token","message":"fencing token is below the fence","lock":"x","token":1,"current_token":1000000000000}'
+cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes $fk_threads;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    client_max_body_size 8m;
+    server {
+        listen 127.0.0.1:$nginx_port;
+        location = /healthz { return 204; }
+        location / {
+            default_type application/json;
+            return 409 '$stale_body';
+        }
+    }
+}
+EOF
+nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" -g 'daemon off;' \
+    >"$tmp/nginx/stdout.log" 2>&1 &
+pids+=($!)
+wait_for nginx 30 curl -sS -o /dev/null "http://127.0.0.1:$nginx_port/healthz"
+
+# --- measurement helpers -----------------------------------------------------------
+clk_tck="$(getconf CLK_TCK)"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
+wrk_threads() { (($1 < 2)) && echo 1 || echo 2; }
+
+# run_wrk URL CLIENTS [LUA ARGS...] -> "rps requests non2xx errors"
+run_wrk() {
+    local url=$1 c=$2; shift 2
+    local script=()
+    (($#)) && script=(-s scripts/bench/fk.lua "$url" --) || script=("$url")
+    local out
+    out="$(wrk -t"$(wrk_threads "$c")" -c"$c" -d"${duration}s" --timeout 10s "${script[@]}" "$@" 2>&1)"
+    echo "$out" >>"$results/wrk.log"
+    local rps req non2xx errs
+    rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
+    req="$(awk '/requests in/ {print $1}' <<<"$out")"
+    non2xx="$(awk -F': *' '/Non-2xx or 3xx responses/ {print $2}' <<<"$out")"
+    errs="$(awk '/Socket errors/ {gsub(",", ""); print $4 + $6 + $8 + $10}' <<<"$out")"
+    echo "${rps:-0} ${req:-0} ${non2xx:-0} ${errs:-0}"
+}
+
+tsv="$results/results.tsv"
+printf 'scenario\tclients\tround\tside\trate\tcpu_us_per_req\n' >"$tsv"
+record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; }
+problems="$results/problems.txt"
+: >"$problems"
+problem() { echo "$*" >>"$problems"; log "WARNING: $*"; }
+
+# fk_side SCEN PIDVAR PORT CLIENTS ROUND EXPECT(2xx|409|any) [LUA ARGS...]
+fk_side() {
+    local scen=$1 pid=$2 port=$3 c=$4 r=$5 expect=$6; shift 6
+    local t0 t1 rps req non2xx errs
+    local path=/
+    [[ $scen == H ]] && path=/healthz
+    t0="$(cpu_ticks "$pid")"
+    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port$path" "$c" "$@")
+    t1="$(cpu_ticks "$pid")"
+    case $expect in
+        2xx) ((non2xx == 0)) || problem "$scen c=$c round $r: $non2xx of $req fencekeeper answers were not 2xx" ;;
+        409) ((non2xx == req)) || problem "$scen c=$c round $r: only $non2xx of $req fencekeeper answers were non-2xx (expected all 409)" ;;
+    esac
+    ((errs == 0)) || problem "$scen c=$c round $r: $errs socket errors against fencekeeper"
+    local cpu
+    cpu="$(python3 -c "print(f'{($t1 - $t0) * 1e6 / $clk_tck / max($req, 1):.1f}')")"
+    record "$scen" "$c" "$r" fencekeeper "$rps" "$cpu"
+    printf '   %s c=%-3s round %s  fencekeeper %10.1f/s  (%s CPU-us/req)\n' "$scen" "$c" "$r" "$rps" "$cpu" >&2
+}
+
+baseline_side() {   # SCEN CLIENTS ROUND NAME RATE
+    record "$1" "$2" "$3" baseline "$5" ""
+    printf '   %s c=%-3s round %s  %-11s %10.1f/s\n' "$1" "$2" "$3" "$4" "$5" >&2
+}
+
+pgbench_side() {   # CLIENTS ROUND
+    local c=$1 r=$2 out tps
+    out="$(PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres "$pg_bin/pgbench" -n -M prepared \
+        -c "$c" -j "$(wrk_threads "$c")" -T "$duration" \
+        -D body="$(printf 'x%.0s' $(seq "$body_bytes"))" -D content_type=application/octet-stream \
+        -f "$pg_script" fkbench 2>&1)" || { echo "$out" >&2; problem "P c=$c round $r: pgbench failed"; }
+    echo "$out" >>"$results/pgbench.log"
+    tps="$(awk '/^tps = / {print $3; exit}' <<<"$out")"
+    grep -q 'number of failed transactions: [1-9]' <<<"$out" && problem "P c=$c round $r: pgbench had failed transactions"
+    baseline_side P "$c" "$r" pgbench "${tps:-0}"
+}
+
+durable_side() {   # CLIENTS ROUND
+    local c=$1 r=$2 dir="$tmp/baseline/r$2-c$1" out
+    mkdir -p "$dir"
+    out="$("$baseline" "$dir" "$c" "$duration" "$body_bytes")" || problem "F c=$c round $r: baseline failed"
+    rm -rf "$dir"   # after the measurement, so the unlinks do not disturb the next one
+    baseline_side F "$c" "$r" durable_write "$(sed -n 's/.*writes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")"
+}
+
+nginx_side() {   # SCEN CLIENTS ROUND [LUA ARGS...]
+    local scen=$1 c=$2 r=$3; shift 3
+    local rps req non2xx errs
+    local path=/
+    [[ $scen == H ]] && path=/healthz
+    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$nginx_port$path" "$c" "$@")
+    ((errs == 0)) || problem "$scen c=$c round $r: $errs socket errors against nginx"
+    baseline_side "$scen" "$c" "$r" nginx "$rps"
+}
+
+# --- S: prime the fences ------------------------------------------------------------
+# Every stale key/lock gets one accepted write with a high token, so that the stale run's
+# token 1 is below the fence and the key is known to belong to its lock.
+log "S: priming $stale_keys keys/locks with token 1000000000000"
+prime="$("$openloop" --port "$fk_port_stale" --mode cycle --tag s --keys "$stale_keys" \
+    --token 1000000000000 --count "$stale_keys" --connections 32 --body-bytes "$body_bytes")"
+grep -q "status_2xx=$stale_keys " <<<"$prime" || { echo "bench.sh: priming failed: $prime" >&2; exit 1; }
+
+# --- warm-up (not recorded) ----------------------------------------------------------
+log "warming up (2 s per side)"
+saved_duration=$duration
+duration=2
+run_wrk "http://127.0.0.1:$fk_port_pg/" 32 put warm 256 >/dev/null
+PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres "$pg_bin/pgbench" -n -M prepared -c 32 -j 2 -T 2 \
+    -D body=x -D content_type=application/octet-stream -f "$pg_script" fkbench >/dev/null 2>&1 || true
+run_wrk "http://127.0.0.1:$fk_port_file/" 32 put warm 256 >/dev/null
+run_wrk "http://127.0.0.1:$fk_port_stale/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+run_wrk "http://127.0.0.1:$nginx_port/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+duration=$saved_duration
+
+# --- the rounds ------------------------------------------------------------------------
+log "measuring: $rounds round(s) x clients {$clients} x P F S H, ${duration}s per side"
+for r in $(seq "$rounds"); do
+    log "round $r of $rounds"
+    for c in $clients; do
+        fk_side P "$fk_pid_pg" "$fk_port_pg" "$c" "$r" 2xx put "p$c-r$r" "$body_bytes"
+        pgbench_side "$c" "$r"
+    done
+    for c in $clients; do
+        fk_side F "$fk_pid_file" "$fk_port_file" "$c" "$r" 2xx put "f$c-r$r" "$body_bytes"
+        durable_side "$c" "$r"
+    done
+    for c in $clients; do
+        fk_side S "$fk_pid_stale" "$fk_port_stale" "$c" "$r" 409 cycle s "$body_bytes" "$stale_keys" 1
+        nginx_side S "$c" "$r" cycle s "$body_bytes" "$stale_keys" 1
+    done
+    for c in $clients; do
+        fk_side H "$fk_pid_health" "$fk_port_health" "$c" "$r" 2xx
+        nginx_side H "$c" "$r"
+    done
+done
+
+# --- latency at 70% of peak (open loop) -------------------------------------------------
+lat="$results/latency.tsv"
+printf 'scenario\ttarget_rps\tline\n' >"$lat"
+peak() {   # highest median fencekeeper rate of a scenario over the client counts
+    python3 - "$tsv" "$1" <<'EOF'
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1]), delimiter="\t")
+        if r["scenario"] == sys.argv[2] and r["side"] == "fencekeeper"]
+by = {}
+for r in rows:
+    by.setdefault(r["clients"], []).append(float(r["rate"]))
+print(max(statistics.median(v) for v in by.values()))
+EOF
+}
+lat_conns=128
+for scen in P F S H; do
+    case $scen in
+        P) port=$fk_port_pg; args=(--mode put --tag "lp") ;;
+        F) port=$fk_port_file; args=(--mode put --tag "lf") ;;
+        S) port=$fk_port_stale; args=(--mode cycle --tag s --keys "$stale_keys" --token 1) ;;
+        H) port=$fk_port_health; args=(--mode health) ;;
+    esac
+    p="$(peak "$scen")"
+    rate="$(python3 -c "print(round(0.7 * $p, 1))")"
+    log "$scen: open loop at $rate/s (70% of $p/s), $lat_conns connections, ${duration}s"
+    line="$("$openloop" --port "$port" "${args[@]}" --rate "$rate" --duration "$duration" \
+        --connections "$lat_conns" --body-bytes "$body_bytes")" || problem "$scen: openloop failed"
+    echo "   $line" >&2
+    printf '%s\t%s\t%s\n' "$scen" "$rate" "$line" >>"$lat"
+done
+
+# --- peak RSS of the measured processes ------------------------------------------------
+mem="$results/memory.tsv"
+printf 'what\tkib\n' >"$mem"
+for n in pg file stale health; do
+    pidvar="fk_pid_$n"
+    printf 'hwm_%s\t%s\n' "$n" "$(status_kib "${!pidvar}" VmHWM)" >>"$mem"
+done
+
+# --- RSS with many distinct locks ---------------------------------------------------------
+if ((mem_locks > 0)); then
+    cache=$((mem_locks > 100000 ? mem_locks : 100000))
+    printf '{"postgres": {"fence_cache_size": %d}}\n' "$cache" >"$tmp/mem.json"
+    start_fk mem --config "$tmp/mem.json" --store "postgresql://postgres@127.0.0.1:$pg_port/fkmem"
+    rss0="$(status_kib "$fk_pid_mem" VmRSS)"
+    log "memory: $mem_locks fresh PUTs to distinct locks (fence_cache_size $cache; database fkmem has synchronous_commit=off)"
+    m0=$SECONDS
+    line="$("$openloop" --port "$fk_port_mem" --mode put --tag m --count "$mem_locks" \
+        --connections 64 --body-bytes 16)" || problem "memory: openloop failed"
+    echo "   $line ($((SECONDS - m0)) s)" >&2
+    grep -q "status_2xx=$mem_locks " <<<"$line" || problem "memory: not every write was accepted: $line"
+    {
+        printf 'mem_locks\t%s\n' "$mem_locks"
+        printf 'mem_cache_size\t%s\n' "$cache"
+        printf 'mem_rss_start\t%s\n' "$rss0"
+        printf 'mem_rss_after\t%s\n' "$(status_kib "$fk_pid_mem" VmRSS)"
+        printf 'mem_hwm_after\t%s\n' "$(status_kib "$fk_pid_mem" VmHWM)"
+        printf 'mem_seconds\t%s\n' "$((SECONDS - m0))"
+    } >>"$mem"
+fi
+
+# --- report --------------------------------------------------------------------------
+{
+    echo "command	$cmdline"
+    echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit	$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- proxy backends fence config CMakeLists.txt 2>/dev/null || echo ' (+ uncommitted changes in the work tree)')"
+    echo "cpu	$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
+    echo "memory	$(free -g | awk '/^Mem:/ {print $2}') GiB"
+    echo "kernel	$(uname -r)"
+    echo "disk	$(df -T /tmp | awk 'NR==2 {print $1 " (" $2 ")"}')"
+    echo "load	$(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min load average at the end)"
+    echo "versions	$("$pg_bin/postgres" --version | sed 's/.*) //') Postgres, $(nginx -v 2>&1 | sed 's|.*/||') nginx, wrk $(wrk --version 2>&1 | awk 'NR==1{print $2}')"
+    echo "rounds	$rounds"
+    echo "duration	$duration"
+    echo "clients	$clients"
+    echo "body	$body_bytes"
+    echo "threads	$fk_threads"
+    echo "stale_keys	$stale_keys"
+    echo "pg_settings	$(sed 's/-c //g; s/ -p [0-9]*//; s/ -k [^ ]*//; s/listen_addresses=[^ ]* //' <<<"$pg_settings")"
+} >"$results/meta.tsv"
+python3 scripts/bench/report.py "$results" "$docs"
+log "done in $((SECONDS - t_start)) s"

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Turns the raw results of scripts/bench.sh into the markdown report and the plot.
+
+usage: report.py RESULTS_DIR WRITE_DOCS(0|1)
+
+Reads RESULTS_DIR/{results,latency,memory,meta}.tsv, writes RESULTS_DIR/benchmarks.md and
+RESULTS_DIR/bench-throughput.png (gnuplot), prints the tables, and with WRITE_DOCS=1 copies
+both to docs/.
+"""
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+res, write_docs = sys.argv[1], sys.argv[2] == "1"
+repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def tsv(name):
+    path = os.path.join(res, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def kv(name):
+    path = os.path.join(res, name)
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if "\t" in line:
+                    k, v = line.rstrip("\n").split("\t", 1)
+                    out[k] = v
+    return out
+
+
+meta = kv("meta.tsv")
+rows = tsv("results.tsv")
+lat = tsv("latency.tsv")
+mem = kv("memory.tsv")
+problems = open(os.path.join(res, "problems.txt")).read().split("\n") if os.path.exists(
+    os.path.join(res, "problems.txt")) else []
+problems = [p for p in problems if p.strip()]
+
+BASELINE = {"P": "pgbench", "F": "durable_write_baseline", "S": "nginx `return 409`",
+            "H": "nginx `return 204`"}
+WHAT = {"P": "PUT → Postgres, fresh lock per request",
+        "F": "PUT → file store, fresh key per request",
+        "S": "stale PUT → 409 (Postgres store)",
+        "H": "GET /healthz"}
+UNIT = {"P": "writes/s", "F": "writes/s", "S": "req/s", "H": "req/s"}
+
+
+def target(scen, clients):
+    """(threshold, text) or None when no target applies to this row."""
+    c = int(clients)
+    if scen == "P" and c in (32, 128):
+        return 2.0
+    if scen == "F" and c == 32:
+        return 1.5
+    if scen == "S":
+        return 0.5
+    if scen == "H":
+        return 0.6
+    return None
+
+
+def fmt_rate(x):
+    return f"{x:,.0f}"
+
+
+# scenario -> clients -> round -> {side: (rate, cpu)}
+data = {}
+for r in rows:
+    d = data.setdefault(r["scenario"], {}).setdefault(int(r["clients"]), {}).setdefault(
+        r["round"], {})
+    d[r["side"]] = (float(r["rate"] or 0), float(r["cpu_us_per_req"]) if r["cpu_us_per_req"] else None)
+
+summary = []  # (scen, clients, fk, base, ratio, lo, hi, cpu, tgt)
+verdicts = []
+for scen in "PFSH":
+    for c in sorted(data.get(scen, {})):
+        rounds = data[scen][c]
+        fk = [v["fencekeeper"][0] for v in rounds.values() if "fencekeeper" in v]
+        base = [v["baseline"][0] for v in rounds.values() if "baseline" in v]
+        ratios = [v["fencekeeper"][0] / v["baseline"][0] for v in rounds.values()
+                  if "fencekeeper" in v and "baseline" in v and v["baseline"][0] > 0]
+        cpus = [v["fencekeeper"][1] for v in rounds.values()
+                if "fencekeeper" in v and v["fencekeeper"][1] is not None]
+        if not ratios:
+            continue
+        ratio = statistics.median(ratios)
+        tgt = target(scen, c)
+        summary.append((scen, c, statistics.median(fk), statistics.median(base), ratio,
+                        min(ratios), max(ratios), statistics.median(cpus) if cpus else None, tgt))
+        if tgt is not None:
+            verdicts.append((f"{scen} ratio at {c} clients ≥ {tgt}", f"{ratio:.2f}",
+                             ratio >= tgt))
+
+lines = []
+out = lines.append
+out("| id | what | clients | fencekeeper | baseline | baseline rate | ratio (median) | ratio range | target | | fencekeeper CPU-µs/req |")
+out("|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|")
+for scen, c, fk, base, ratio, lo, hi, cpu, tgt in summary:
+    t = f"≥ {tgt}" if tgt is not None else "—"
+    v = ("**PASS**" if ratio >= tgt else "**MISS**") if tgt is not None else ""
+    out(f"| {scen} | {WHAT[scen]} | {c} | {fmt_rate(fk)} {UNIT[scen]} | {BASELINE[scen]} | "
+        f"{fmt_rate(base)}/s | **{ratio:.2f}** | {lo:.2f}–{hi:.2f} | {t} | {v} | "
+        f"{cpu if cpu is not None else '—'} |")
+throughput_table = "\n".join(lines)
+
+hwm_of = {"P": "hwm_pg", "F": "hwm_file", "S": "hwm_stale", "H": "hwm_health"}
+lines = []
+out = lines.append
+out("| id | offered rate (70% of peak) | achieved | p50 | p90 | p99 | p99.9 | max | late/unanswered | target | | fencekeeper peak RSS |")
+out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+for row in lat:
+    f = dict(kv_.split("=", 1) for kv_ in row["line"].split() if "=" in kv_)
+    p99 = float(f.get("p99_ms", "nan"))
+    t, v = "—", ""
+    if row["scenario"] == "P":
+        ok = p99 <= 10.0 and int(f.get("incomplete", "0")) == 0
+        t, v = "p99 ≤ 10 ms", "**PASS**" if ok else "**MISS**"
+        verdicts.append(("P p99 at 70% of peak ≤ 10 ms", f"{p99:.2f} ms", ok))
+    hwm = mem.get(hwm_of[row["scenario"]])
+    hwm_txt = f"{int(hwm) / 1024:.1f} MiB" if hwm else "—"
+    bad = int(f.get("status_other", "0")) + int(f.get("errors", "0"))
+    note = f" ({bad} errors)" if bad else ""
+    out(f"| {row['scenario']} | {float(row['target_rps']):,.0f}/s | "
+        f"{float(f.get('achieved_rps', 0)):,.0f}/s{note} | {f.get('p50_ms')} ms | "
+        f"{f.get('p90_ms')} ms | {f.get('p99_ms')} ms | {f.get('p999_ms')} ms | "
+        f"{f.get('max_ms')} ms | {f.get('incomplete')} | {t} | {v} | {hwm_txt} |")
+latency_table = "\n".join(lines)
+
+memory_text = "(not measured: --mem-locks 0)"
+if "mem_locks" in mem:
+    n = int(mem["mem_locks"])
+    after = int(mem["mem_rss_after"]) / 1024
+    hwm = int(mem["mem_hwm_after"]) / 1024
+    start = int(mem["mem_rss_start"]) / 1024
+    ok = max(after, hwm) <= 256 and n >= 1_000_000
+    verdicts.append((f"RSS ≤ 256 MiB with {n:,} locks cached", f"{hwm:.1f} MiB",
+                     max(after, hwm) <= 256 and n >= 1_000_000 if n >= 1_000_000 else None))
+    memory_text = (
+        "| distinct locks written | fence_cache_size | RSS at start | RSS after | peak RSS (VmHWM) | target | |\n"
+        "|---:|---:|---:|---:|---:|---:|---|\n"
+        f"| {n:,} | {int(mem['mem_cache_size']):,} | {start:.1f} MiB | {after:.1f} MiB | "
+        f"{hwm:.1f} MiB | ≤ 256 MiB at 1M | "
+        f"{('**PASS**' if ok else '**MISS**') if n >= 1_000_000 else '(fewer than 1M locks: no verdict)'} |\n\n"
+        f"{n:,} fresh `PUT`s (16-byte bodies), each to its own lock and key, closed loop over 64 "
+        f"connections, took {mem['mem_seconds']} s. Each accepted write puts its lock in the fence "
+        "cache and its key in the key→lock map (both bounded LRUs sized by `fence_cache_size`), "
+        "so this is the per-lock memory of the Postgres store. That fencekeeper runs on its own "
+        "database (`fkmem`) with `synchronous_commit = off`, only so that a million writes fit "
+        "in the run; durability does not change what the process keeps in memory.")
+
+lines = []
+out = lines.append
+out("| target | measured | |")
+out("|---|---:|---|")
+for name, val, ok in verdicts:
+    out(f"| {name} | {val} | {'**PASS**' if ok else ('**MISS**' if ok is False else 'n/a')} |")
+verdict_table = "\n".join(lines)
+
+# --- plot ---------------------------------------------------------------------------
+png = os.path.join(res, "bench-throughput.png")
+dat = os.path.join(res, "throughput.dat")
+with open(dat, "w") as f:
+    for i, scen in enumerate("PFSH"):
+        f.write(f"# {scen}\n")
+        for s, c, fk, base, *_ in summary:
+            if s == scen:
+                f.write(f"{c} {fk} {base}\n")
+        f.write("\n\n")
+titles = {
+    "P": "P: PUT via fencekeeper to Postgres vs pgbench (same upsert)",
+    "F": "F: PUT to file store vs durable-write C++ baseline",
+    "S": "S: stale PUT (409) vs nginx return 409",
+    "H": "H: GET /healthz vs nginx return 204",
+}
+gp = [
+    "set terminal pngcairo size 1400,1000 font 'sans,11'",
+    f"set output '{png}'",
+    f"set multiplot layout 2,2 title 'fencekeeper throughput vs client connections "
+    f"(median of {meta.get('rounds', '?')} rounds, {meta.get('duration', '?')} s each; "
+    f"{meta.get('date', '')})' font 'sans,13'",
+    "set logscale x 2",
+    "set xrange [6:170]",
+    "set xtics (8, 16, 32, 64, 128)",
+    "set xlabel 'client connections'",
+    "set ylabel 'requests/s'",
+    "set yrange [0:*]",
+    "set grid",
+    "set key outside bottom center horizontal",
+    "set format y '%.0f'",
+]
+for i, scen in enumerate("PFSH"):
+    base = {"P": "pgbench -M prepared", "F": "durable\\_write\\_baseline",
+            "S": "nginx return 409", "H": "nginx return 204"}[scen]
+    gp.append(f"set title '{titles[scen]}'")
+    gp.append(f"plot '{dat}' index {i} using 1:2 with linespoints lw 2 pt 7 ps 1.3 "
+              f"title 'fencekeeper', '' index {i} using 1:3 with linespoints lw 2 pt 5 "
+              f"ps 1.3 dt 2 title '{base}'")
+gp.append("unset multiplot")
+try:
+    subprocess.run(["gnuplot"], input="\n".join(gp), text=True, check=True)
+except (OSError, subprocess.CalledProcessError) as e:
+    print(f"report.py: gnuplot failed: {e}", file=sys.stderr)
+
+# --- markdown -------------------------------------------------------------------------
+problems_text = ("\n".join(f"- {p}" for p in problems)
+                 if problems else "- none: every answer had the expected status.")
+doc = f"""# Benchmarks
+
+fencekeeper against what a client would get without it, measured side by side in one run
+(issue 6). The machines these runs happen on are shared and noisy, so absolute rates are
+context only: what counts is the **ratio** of fencekeeper to its baseline, measured
+interleaved (fencekeeper, baseline, fencekeeper, baseline, ... over {meta.get('rounds')}
+rounds) and reported as the **median of the per-round ratios**.
+
+Rerun with one command (root, Debian 12; installs what is missing):
+
+```
+{meta.get('command')}
+```
+
+`bash scripts/bench.sh --quick` is a ~3 minute smoke run (1 round, 3 s per measurement,
+50k locks) that writes its report to `build-bench/bench-results/` and leaves `docs/` alone.
+
+## This run
+
+| | |
+|---|---|
+| date | {meta.get('date')} |
+| fencekeeper | commit {meta.get('commit')}, Release build (`build-bench/`), `--threads` default ({meta.get('threads')}, one per core), default config otherwise |
+| machine | {meta.get('cpu')}, {meta.get('memory')}, Linux {meta.get('kernel')}, disk {meta.get('disk')} |
+| load | {meta.get('load')}; the machine is shared with other engineers' builds and tests while this runs |
+| software | {meta.get('versions')} |
+| per measurement | {meta.get('duration')} s, {meta.get('rounds')} rounds, clients {meta.get('clients')}, {meta.get('body')}-byte bodies |
+| Postgres | private instance on loopback, {meta.get('pg_settings')}; fsync, synchronous_commit and full_page_writes at their (durable) defaults |
+
+## Throughput: ratio to the baseline
+
+{throughput_table}
+
+CPU-µs/req is fencekeeper's own process only (utime+stime from `/proc/PID/stat` across
+the measurement ÷ requests; Postgres's CPU is not in it); median over rounds.
+
+![throughput vs client connections](bench-throughput.png)
+
+## Latency at 70% of peak (open loop), peak RSS
+
+{latency_table}
+
+Offered rate = 70% of the highest median fencekeeper rate of that scenario over the client
+counts above, sent by `scripts/bench/openloop.cpp` at a fixed schedule over 128
+connections for {meta.get('duration')} s. Latency runs from each request's *scheduled* send
+time, so a stall also counts against the requests queued behind it (no coordinated
+omission). Peak RSS is the `VmHWM` of the fencekeeper process that served the scenario, at
+the end of the run.
+
+## Memory with many locks
+
+{memory_text}
+
+## Targets
+
+{verdict_table}
+
+## What each comparison runs
+
+- **P**: `wrk` with `scripts/bench/fk.lua` (`put` mode) sends `PUT /v1/resources/TAG-t-n`
+  with `Fencing-Lock: TAG-t-n` and an increasing per-thread token: a new lock and key per
+  request, so every write is accepted and inserts. The baseline is `pgbench -n -M prepared
+  -c N -j 2 -T {meta.get('duration')}` running `scripts/bench/pg_fenced_upsert.sql`, the very
+  statement fencekeeper prepares for a PUT (generated from `backends/postgres/sql.cpp` and
+  checked by a unit test), random key = lock out of a million, same body size, against the
+  same database and tables. Ratio = fencekeeper writes/s ÷ pgbench tps.
+- **F**: the same `put` load against a file-store fencekeeper, versus
+  `scripts/bench/durable_write_baseline.cpp` with one thread per client doing, per write,
+  create temp file + write + `fsync` + `rename` + `fsync(dir)` in one directory of the same
+  file system.
+- **S**: {meta.get('stale_keys')} keys, each under its own lock, first get one accepted
+  write with token 10^12; then `fk.lua` (`cycle` mode) sends PUTs to them with token 1, all
+  answered `409 stale_token` (the run checks that every answer is non-2xx). nginx gets the
+  same requests and answers `return 409` with a JSON body of similar size, access log off.
+  fencekeeper runs at its default log level, so it also writes its one JSON log line per
+  rejected write (CONTRACT §7) to a file.
+- **H**: `wrk` `GET /healthz` against fencekeeper and against nginx `return 204` with
+  `worker_processes {meta.get('threads')}` (= fencekeeper's threads), access log off,
+  unlimited keep-alive requests.
+- `wrk` uses 2 threads (1 for a single connection), `--timeout 10s`; load generator,
+  fencekeeper, Postgres and nginx all share the same cores, as a sidecar would.
+
+## Problems seen during the run
+
+{problems_text}
+"""
+
+md_path = os.path.join(res, "benchmarks.md")
+with open(md_path, "w") as f:
+    f.write(doc)
+
+print()
+print(throughput_table)
+print()
+print(latency_table)
+print()
+print(memory_text.split("\n\n")[0])
+print()
+print(verdict_table)
+print()
+if problems:
+    print("problems:\n" + problems_text)
+print(f"report: {md_path}" + (f", plot: {png}" if os.path.exists(png) else ""))
+if write_docs:
+    shutil.copy(md_path, os.path.join(repo, "docs", "benchmarks.md"))
+    if os.path.exists(png):
+        shutil.copy(png, os.path.join(repo, "docs", "bench-throughput.png"))
+    print("copied to docs/benchmarks.md and docs/bench-throughput.png")
