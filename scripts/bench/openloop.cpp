@@ -126,6 +126,19 @@ std::string make_request(const options& o, long long n, const std::string& body)
     return r;
 }
 
+// Position just after `name` (lower case) in `head`, compared case-insensitively.
+std::size_t find_header(std::string_view head, std::string_view name) {
+    for (std::size_t i = 0; i + name.size() <= head.size(); ++i) {
+        std::size_t j = 0;
+        while (j < name.size() &&
+               std::tolower(static_cast<unsigned char>(head[i + j])) == name[j])
+            ++j;
+        if (j == name.size())
+            return i + j;
+    }
+    return std::string_view::npos;
+}
+
 struct stats {
     std::vector<std::int64_t> latency_ns; // open loop only
     long long completed = 0, s2xx = 0, s409 = 0, other = 0, errors = 0, incomplete = 0;
@@ -257,16 +270,13 @@ net::awaitable<int> conn::exchange(const std::string& request) {
     int status = -1;
     if (hdr > 12)
         std::from_chars(buf.data() + 9, buf.data() + 12, status);
-    std::string lower(buf.data(), hdr);
-    for (auto& ch : lower)
-        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string_view head(buf.data(), hdr);
     std::size_t body = 0;
-    if (auto p = lower.find("\r\ncontent-length:"); p != std::string::npos) {
-        p += 17;
-        while (p < lower.size() && lower[p] == ' ') ++p;
-        std::from_chars(lower.data() + p, lower.data() + lower.size(), body);
+    if (auto p = find_header(head, "\r\ncontent-length:"); p != std::string_view::npos) {
+        while (p < head.size() && head[p] == ' ') ++p;
+        std::from_chars(head.data() + p, head.data() + head.size(), body);
     }
-    bool close = lower.find("\r\nconnection: close") != std::string::npos;
+    bool close = find_header(head, "\r\nconnection: close") != std::string_view::npos;
     if (buf.size() < hdr + body) {
         co_await net::async_read(sock, net::dynamic_buffer(buf),
                                  net::transfer_exactly(hdr + body - buf.size()), tok);
