@@ -286,7 +286,7 @@ private:
         spawn_runner_if_needed();
     }
 
-    // On the connection's strand: [claim, batch, Sync] as one implicit transaction.
+    // On the connection's strand: [begin, claim, batch, Sync] as one implicit transaction.
     static net::awaitable<std::vector<pg::write_mapping>>
     run_batch_on(conn_ptr c, std::vector<pg::sql::batch_item> items, millis timeout) {
         std::vector<pg::batch_row> rows;
@@ -294,13 +294,13 @@ private:
         for (const auto& it : items)
             rows.push_back({it.token, !it.is_delete});
         const auto params = pg::sql::write_batch_params(items);
-        const bool claimed = !params.claim.empty();
-        std::vector<pg::detail::pipeline_step> steps;
-        if (claimed)
+        static const pg::sql::param_list none;
+        std::vector<pg::detail::pipeline_step> steps{{pg::sql::name::batch_begin, &none}};
+        if (!params.claim.empty())
             steps.push_back({pg::sql::name::claim, &params.claim});
         steps.push_back({pg::sql::name::write_batch, &params.write});
         auto o = co_await c->exec_pipeline(steps, timeout);
-        co_return pg::map_batch(o, rows, claimed);
+        co_return pg::map_batch(o, rows, steps.size() - 1);
     }
 
     net::awaitable<acquired> acquire_on_strand() {

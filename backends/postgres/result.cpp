@@ -232,7 +232,7 @@ write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
 }
 
 std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<batch_row>& rows,
-                                     bool claimed) {
+                                     std::size_t leading) {
     std::vector<write_mapping> out(rows.size());
     auto all = [&](const write_mapping& m) {
         for (auto& r : out)
@@ -259,13 +259,15 @@ std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<ba
         m.result = std::move(*f);
         return all(m);
     }
-    const std::size_t at = claimed ? 1 : 0;
+    const std::size_t at = leading;
     // Columns: n, mismatch, pre_failed, key_lock, applied, version, created, seen_fence,
     // absent, unwritten.
-    if (o.results.size() != at + 2 || !o.results[at].ok() ||
+    bool leading_ok = o.results.size() == at + 2;
+    for (std::size_t i = 0; leading_ok && i < at; ++i)
+        leading_ok = o.results[i].ok();
+    if (!leading_ok || !o.results[at].ok() ||
         o.results[at + 1].st != result_table::status::pipeline_sync ||
-        (claimed && !o.results[0].ok()) || o.results[at].rows.size() != rows.size() ||
-        o.results[at].columns.size() < 9) {
+        o.results[at].rows.size() != rows.size() || o.results[at].columns.size() < 9) {
         write_mapping m;
         m.result = failure<write_result>(errc::internal, "unexpected batch result");
         return all(m);

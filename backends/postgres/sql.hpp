@@ -37,6 +37,7 @@ inline constexpr const char* read_fence = "fk_read_fence";
 inline constexpr const char* list_bounded = "fk_list_bounded";
 inline constexpr const char* list_open = "fk_list_open";
 inline constexpr const char* op_fence = "fk_op_fence";
+inline constexpr const char* batch_begin = "fk_batch_begin";
 inline constexpr const char* claim = "fk_claim";
 inline constexpr const char* write_batch = "fk_write_batch";
 } // namespace name
@@ -86,7 +87,8 @@ std::string op_fence_sql(std::string_view schema);
 
 // Group commit (issue 6; the lock-order argument is in sql.cpp and docs/postgres.md). A
 // batch of writes to distinct keys and distinct locks is one pipeline in one implicit
-// transaction: [claim_sql, write_batch_sql, Sync].
+// transaction: [batch_begin_sql, claim_sql, write_batch_sql, Sync].
+//   batch_begin_sql: no seq scans in this transaction's plans (see sql.cpp for why).
 //   claim_sql($1 key[], $2 lock[]): inserts a placeholder row (version 0, deleted) for
 //     each PUT key that has no row yet, in key order, so that every key the batch writes
 //     has a row the next statement can lock. Placeholders are never committed: the
@@ -95,6 +97,7 @@ std::string op_fence_sql(std::string_view schema);
 //     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[]):
 //     per row, the same checks and fence step as put_sql/delete_sql, each row fenced on
 //     its own; one result row per input row, in input order (map_batch).
+std::string batch_begin_sql();
 std::string claim_sql(std::string_view schema);
 std::string write_batch_sql(std::string_view schema);
 

@@ -141,6 +141,20 @@ TEST_CASE("claim statement: placeholders in key order, never over an existing ro
     CHECK(batch);
 }
 
+TEST_CASE("batch transaction plans index lookups, for itself only") {
+    CHECK(sql::batch_begin_sql().find("set_config('enable_seqscan', 'off', true)") !=
+          std::string::npos);
+    // Leading statements' results must all be there and fine.
+    const std::vector<batch_row> rows{{1, true}};
+    auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null}});
+    CHECK(map_batch(pipeline({ok(result_table::status::tuples_ok), ok(), t,
+                              ok(result_table::status::pipeline_sync)}),
+                    rows, 2)[0]
+              .result.error == errc::ok);
+    CHECK(map_batch(pipeline({ok(), t, ok(result_table::status::pipeline_sync)}), rows, 2)[0]
+              .result.error == errc::internal);
+}
+
 TEST_CASE("array_builder: one dimension, lower bound 1, big-endian lengths and values") {
     sql::array_builder b(sql::oid_int8, 2);
     b.add_int8(1);
@@ -205,7 +219,7 @@ TEST_CASE("map_batch: every row its own outcome, mapped back in order") {
         {"5", "f", "t", null, null, null, "f", "9", "f", null},    // precondition failed
         {"6", "f", "f", null, null, null, "t", null, "t", null},   // absent: claim again
     });
-    auto maps = map_batch(pipeline({ok(), t, ok(result_table::status::pipeline_sync)}), rows, true);
+    auto maps = map_batch(pipeline({ok(), t, ok(result_table::status::pipeline_sync)}), rows, 1);
     REQUIRE(maps.size() == 6);
     CHECK(maps[0].result.error == errc::ok);
     CHECK(maps[0].result.version == 3);
@@ -226,7 +240,7 @@ TEST_CASE("map_batch: a fence newer than the snapshot is a per-row retry") {
     auto t = batch_table({{"1", "f", "f", null, null, null, "t", "4", "f", null},
                           {"2", "f", "f", null, "5", "1", "t", null, "f", null}});
     auto maps = map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}),
-                          {{5, true}, {5, true}}, false);
+                          {{5, true}, {5, true}}, 0);
     CHECK(maps[0].retry);
     CHECK(maps[1].result.error == errc::ok);
     CHECK(maps[1].result.created);
@@ -239,7 +253,7 @@ TEST_CASE("map_batch: a server error aborts the batch; rows are re-run one at a 
         auto maps = map_batch(
             pipeline({ok(), server_error(state), ok(result_table::status::pipeline_aborted),
                       ok(result_table::status::pipeline_sync)}),
-            two, true);
+            two, 1);
         for (const auto& m : maps) {
             CHECK(m.retry);
             CHECK(m.alone);
@@ -248,7 +262,7 @@ TEST_CASE("map_batch: a server error aborts the batch; rows are re-run one at a 
     // Alone, the error is the row's own: a deadlock is re-run, anything else answered.
     const std::vector<batch_row> one{{1, true}};
     auto m = map_batch(pipeline({server_error("40P01"), ok(result_table::status::pipeline_sync)}),
-                       one, false);
+                       one, 0);
     CHECK(m[0].retry);
     m = map_batch(pipeline({server_error("57014"), ok(result_table::status::pipeline_sync)}), one,
                   false);
@@ -260,7 +274,7 @@ TEST_CASE("map_batch: a server error aborts the batch; rows are re-run one at a 
     // Even when the connection died afterwards: the error proves the rollback.
     auto o = pipeline({server_error("23505")});
     o.t = exec_outcome::transport::failed_after_send;
-    CHECK(map_batch(o, two, false)[1].alone);
+    CHECK(map_batch(o, two, 0)[1].alone);
 }
 
 TEST_CASE("map_batch: transport failures are every row's, 503 before the Sync left, 504 after") {
@@ -269,7 +283,7 @@ TEST_CASE("map_batch: transport failures are every row's, 503 before the Sync le
     for (auto t : {tr::failed_unsent, tr::timeout_unsent}) {
         exec_outcome o;
         o.t = t;
-        for (const auto& m : map_batch(o, rows, true)) {
+        for (const auto& m : map_batch(o, rows, 1)) {
             CHECK_FALSE(m.retry);
             CHECK(m.result.error == errc::unavailable);
         }
@@ -278,7 +292,7 @@ TEST_CASE("map_batch: transport failures are every row's, 503 before the Sync le
         exec_outcome o;
         o.t = t;
         o.results.push_back(ok()); // the claim's result arrived, the batch's did not
-        for (const auto& m : map_batch(o, rows, true)) {
+        for (const auto& m : map_batch(o, rows, 1)) {
             CHECK_FALSE(m.retry);
             CHECK(m.result.error == errc::outcome_unknown);
         }
@@ -289,19 +303,17 @@ TEST_CASE("map_batch: a malformed answer is never a success") {
     const std::vector<batch_row> rows{{1, true}, {2, true}};
     // One row missing.
     auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null}});
-    for (const auto& m :
-         map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, false))
+    for (const auto& m : map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, 0))
         CHECK(m.result.error == errc::internal);
     // Rows out of order.
     t = batch_table({{"2", "f", "f", null, "1", "1", "t", null, "f", null},
                      {"1", "f", "f", null, "2", "1", "t", null, "f", null}});
-    for (const auto& m :
-         map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, false))
+    for (const auto& m : map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, 0))
         CHECK(m.result.error == errc::internal);
     // No Sync at the end.
     t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null},
                      {"2", "f", "f", null, "2", "1", "t", null, "f", null}});
-    for (const auto& m : map_batch(pipeline({t}), rows, false))
+    for (const auto& m : map_batch(pipeline({t}), rows, 0))
         CHECK(m.result.error == errc::internal);
 }
 

@@ -83,7 +83,8 @@ TEST_CASE("prepared statements have distinct names and the right parameter count
     const auto all = sql::prepared_statements("fk");
     for (const auto& st : all) {
         INFO(st.name);
-        CHECK(st.text.find("$" + std::to_string(st.nparams)) != std::string::npos);
+        if (st.nparams > 0)
+            CHECK(st.text.find("$" + std::to_string(st.nparams)) != std::string::npos);
         CHECK(st.text.find("$" + std::to_string(st.nparams + 1)) == std::string::npos);
     }
     CHECK(sql::op_statement_name(3) == "fk_op_3");
