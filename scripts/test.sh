@@ -44,7 +44,11 @@ if ((sanitize == 1)); then
     cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=address,undefined -DFK_FAILPOINTS=ON)
 elif ((sanitize == 2)); then
     build_dir=build-tsan
-    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=thread -DFK_FAILPOINTS=ON)
+    # -Wno-tsan: Boost.Asio's std_fenced_block uses atomic_thread_fence, which TSan does not
+    # model (GCC warns at every handler). Its scheduler and strands also synchronise with
+    # mutexes, which TSan does see; the TSan run reports nothing, so no suppressions.
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_SANITIZE=thread -DFK_FAILPOINTS=ON
+                -DCMAKE_CXX_FLAGS=-Wno-tsan)
     ((${#ctest_args[@]})) || ctest_args=(-R 'unit_|contract|kill9')
 else
     build_dir=build
