@@ -286,9 +286,18 @@ private:
         spawn_runner_if_needed();
     }
 
-    // On the connection's strand: [begin, claim, batch, Sync] as one implicit transaction.
+    // On the connection's strand: one write alone as the single-row statement, several as
+    // [begin, claim, batch, Sync] in one implicit transaction.
     static net::awaitable<std::vector<pg::write_mapping>>
     run_batch_on(conn_ptr c, std::vector<pg::sql::batch_item> items, millis timeout) {
+        if (items.size() == 1) {
+            const auto& it = items.front();
+            const auto params = pg::sql::single_write_params(it);
+            auto o = co_await c->exec_prepared(
+                it.is_delete ? pg::sql::name::remove : pg::sql::name::put, params, false, timeout);
+            co_return std::vector<pg::write_mapping>{
+                pg::map_write(o, it.token, !it.is_delete, false)};
+        }
         std::vector<pg::batch_row> rows;
         rows.reserve(items.size());
         for (const auto& it : items)

@@ -144,6 +144,8 @@ TEST_CASE("claim statement: placeholders in key order, never over an existing ro
 TEST_CASE("batch transaction plans index lookups, for itself only") {
     CHECK(sql::batch_begin_sql().find("set_config('enable_seqscan', 'off', true)") !=
           std::string::npos);
+    CHECK(sql::batch_begin_sql().find(
+              "set_config('plan_cache_mode', 'force_generic_plan', true)") != std::string::npos);
     // Leading statements' results must all be there and fine.
     const std::vector<batch_row> rows{{1, true}};
     auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null}});
@@ -153,6 +155,42 @@ TEST_CASE("batch transaction plans index lookups, for itself only") {
               .result.error == errc::ok);
     CHECK(map_batch(pipeline({ok(), t, ok(result_table::status::pipeline_sync)}), rows, 2)[0]
               .result.error == errc::internal);
+}
+
+TEST_CASE("a batch of one is the single-row statement's parameters") {
+    sql::batch_item it;
+    it.key = "k";
+    it.lock = "L";
+    it.token = 42;
+    it.body = "body";
+    it.content_type = "text/plain";
+    it.pre.if_match = 3;
+    fk::store::put_request req;
+    req.key = "k";
+    req.lock = "L";
+    req.token = 42;
+    req.body = "body";
+    req.content_type = "text/plain";
+    req.pre.if_match = 3;
+    const auto a = sql::single_write_params(it), b = sql::put_params(req);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        CAPTURE(i);
+        CHECK(a[i].text == b[i].text);
+        CHECK(a[i].is_binary == b[i].is_binary);
+        CHECK(a[i].binary_value() == b[i].binary_value());
+    }
+    CHECK(a[3].binary.data() == it.body.data()); // the body is viewed, not copied
+    it.is_delete = true;
+    fk::store::delete_request del;
+    del.key = "k";
+    del.lock = "L";
+    del.token = 42;
+    del.pre.if_match = 3;
+    const auto c = sql::single_write_params(it), d = sql::delete_params(del);
+    REQUIRE(c.size() == d.size());
+    for (std::size_t i = 0; i < c.size(); ++i)
+        CHECK(c[i].text == d[i].text);
 }
 
 TEST_CASE("array_builder: one dimension, lower bound 1, big-endian lengths and values") {
