@@ -314,10 +314,11 @@ pgbench_side() {   # CLIENTS ROUND
 }
 
 durable_side() {   # CLIENTS ROUND
+    # A fresh directory per run; the files stay until the end (unlinking them between
+    # measurements took seconds of disk time on a busy machine).
     local c=$1 r=$2 dir="$tmp/baseline/r$2-c$1" out
     mkdir -p "$dir"
     out="$("$baseline" "$dir" "$c" "$duration" "$body_bytes")" || problem "F c=$c round $r: baseline failed"
-    rm -rf "$dir"   # after the measurement, so the unlinks do not disturb the next one
     baseline_side F "$c" "$r" durable_write "$(sed -n 's/.*writes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")"
 }
 
@@ -352,6 +353,7 @@ run_wrk "http://127.0.0.1:$nginx_port/" 32 cycle s "$body_bytes" "$stale_keys" 1
 duration=$saved_duration
 
 # --- the rounds ------------------------------------------------------------------------
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "measuring: $rounds round(s) x clients {$clients} x P F S H, ${duration}s per side"
 for r in $(seq "$rounds"); do
     log "round $r of $rounds"
@@ -443,7 +445,7 @@ fi
     echo "memory	$(free -g | awk '/^Mem:/ {print $2}') GiB"
     echo "kernel	$(uname -r)"
     echo "disk	$(df -T /tmp | awk 'NR==2 {print $1 " (" $2 ")"}')"
-    echo "load	$(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min load average at the end)"
+    echo "load	1/5/15-min load average $load_start before the rounds, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
     echo "versions	$("$pg_bin/postgres" --version | sed 's/.*) //') Postgres, $(nginx -v 2>&1 | sed 's|.*/||') nginx, wrk $(wrk --version 2>&1 | awk 'NR==1{print $2}')"
     echo "rounds	$rounds"
     echo "duration	$duration"
@@ -451,6 +453,7 @@ fi
     echo "body	$body_bytes"
     echo "threads	$fk_threads"
     echo "stale_keys	$stale_keys"
+    echo "elapsed	$((SECONDS - t_start)) s for the whole run, build included"
     echo "pg_settings	$(sed 's/-c //g; s/ -p [0-9]*//; s/ -k [^ ]*//; s/listen_addresses=[^ ]* //' <<<"$pg_settings")"
 } >"$results/meta.tsv"
 python3 scripts/bench/report.py "$results" "$docs"

@@ -195,7 +195,8 @@ gp = [
     "set ylabel 'requests/s'",
     "set yrange [0:*]",
     "set grid",
-    "set key outside bottom center horizontal",
+    "set key top left opaque box",
+    "set offsets 0, 0, graph 0.3, 0",
     "set format y '%.0f'",
 ]
 for i, scen in enumerate("PFSH"):
@@ -241,6 +242,7 @@ Rerun with one command (root, Debian 12; installs what is missing):
 | load | {meta.get('load')}; the machine is shared with other engineers' builds and tests while this runs |
 | software | {meta.get('versions')} |
 | per measurement | {meta.get('duration')} s, {meta.get('rounds')} rounds, clients {meta.get('clients')}, {meta.get('body')}-byte bodies |
+| run time | {meta.get('elapsed', '?')} |
 | Postgres | private instance on loopback, {meta.get('pg_settings')}; fsync, synchronous_commit and full_page_writes at their (durable) defaults |
 
 ## Throughput: ratio to the baseline
@@ -262,6 +264,14 @@ connections for {meta.get('duration')} s. Latency runs from each request's *sche
 time, so a stall also counts against the requests queued behind it (no coordinated
 omission). Peak RSS is the `VmHWM` of the fencekeeper process that served the scenario, at
 the end of the run.
+
+Read these with the load line above in mind. The offered rate is 70% of the *best* median
+seen during the rounds, and it is sent minutes later, while other jobs may hold the cores;
+the open-loop generator also spends about twice wrk's CPU per request (≈15 µs, mostly
+in the kernel), on the same two cores. When p50 is far above the closed-loop latency, the
+offered rate was more than the machine could serve at that moment: the queue grew through
+the whole measurement and the percentiles show the backlog, not fencekeeper's service
+time. On a quiet machine rerun with `--rounds 1` to see the service time.
 
 ## Memory with many locks
 
