@@ -6,7 +6,7 @@
 #                                        docs/bench-throughput.png
 #   bash scripts/bench.sh --quick        smoke run: 1 round, 3 s per measurement, 50k
 #                                        locks for the memory figure (~3 min); results go
-#                                        to build-bench/bench-results/ only
+#                                        to build-bench/bench-results-quick/ only
 #   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
 #
@@ -103,7 +103,11 @@ fi
 build=build-bench
 tools="$build/bench-tools"
 results="$build/bench-results"
+((quick)) && results+=-quick
 mkdir -p "$tools" "$results"
+# What is built is the work tree as it is now: record it before building, since others
+# may commit while the rounds run.
+built_from="$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- proxy backends fence config CMakeLists.txt 2>/dev/null || echo ' + uncommitted changes in the work tree'), built $(date -u '+%H:%M UTC')"
 log "building $build (Release)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFK_BUILD_TESTS=OFF >/dev/null
 nice -n 5 cmake --build "$build" -j"$(nproc)" --target fencekeeper >"$results/build.log" 2>&1 \
@@ -440,7 +444,7 @@ fi
 {
     echo "command	$cmdline"
     echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "commit	$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- proxy backends fence config CMakeLists.txt 2>/dev/null || echo ' (+ uncommitted changes in the work tree)')"
+    echo "commit	$built_from"
     echo "cpu	$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
     echo "memory	$(free -g | awk '/^Mem:/ {print $2}') GiB"
     echo "kernel	$(uname -r)"

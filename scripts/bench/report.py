@@ -230,7 +230,7 @@ Rerun with one command (root, Debian 12; installs what is missing):
 ```
 
 `bash scripts/bench.sh --quick` is a ~3 minute smoke run (1 round, 3 s per measurement,
-50k locks) that writes its report to `build-bench/bench-results/` and leaves `docs/` alone.
+50k locks) that writes its report to `build-bench/bench-results-quick/` and leaves `docs/` alone.
 
 ## This run
 
