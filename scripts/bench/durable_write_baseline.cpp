@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
                 const std::string tmp = dir + "/.tmp-" + name;
                 const std::string final_path = dir + "/" + name;
                 const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-                if (fd < 0 || ::write(fd, body.data(), body.size()) != static_cast<ssize_t>(body.size()) ||
+                if (fd < 0 ||
+                    ::write(fd, body.data(), body.size()) != static_cast<ssize_t>(body.size()) ||
                     ::fsync(fd) != 0 || ::close(fd) != 0 ||
                     ::rename(tmp.c_str(), final_path.c_str()) != 0 || ::fsync(dfd) != 0) {
                     std::perror("write sequence");

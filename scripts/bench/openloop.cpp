@@ -49,15 +49,15 @@ struct options {
     std::string port;
     std::string mode = "health";
     std::string tag = "ol";
-    double rate = 0;        // open loop when > 0
-    long long count = 0;    // closed loop when > 0
-    double duration = 10;   // seconds (open loop)
+    double rate = 0;      // open loop when > 0
+    long long count = 0;  // closed loop when > 0
+    double duration = 10; // seconds (open loop)
     int connections = 64;
     int threads = 2;
     std::size_t body_bytes = 256;
-    long long keys = 1000;  // cycle mode
-    long long token = -1;   // -1: n+1 per request
-    double grace = 5;       // seconds to wait for late answers after the schedule ends
+    long long keys = 1000; // cycle mode
+    long long token = -1;  // -1: n+1 per request
+    double grace = 5;      // seconds to wait for late answers after the schedule ends
 };
 
 [[noreturn]] void usage(const char* msg) {
@@ -79,25 +79,43 @@ options parse(int argc, char** argv) {
                 usage(("missing value for " + a).c_str());
             return argv[++i];
         };
-        if (a == "--host") o.host = val();
-        else if (a == "--port") o.port = val();
-        else if (a == "--mode") o.mode = val();
-        else if (a == "--tag") o.tag = val();
-        else if (a == "--rate") o.rate = std::stod(val());
-        else if (a == "--count") o.count = std::stoll(val());
-        else if (a == "--duration") o.duration = std::stod(val());
-        else if (a == "--connections") o.connections = std::stoi(val());
-        else if (a == "--threads") o.threads = std::stoi(val());
-        else if (a == "--body-bytes") o.body_bytes = std::stoul(val());
-        else if (a == "--keys") o.keys = std::stoll(val());
-        else if (a == "--token") o.token = std::stoll(val());
-        else if (a == "--grace") o.grace = std::stod(val());
-        else usage(("unknown argument " + a).c_str());
+        if (a == "--host")
+            o.host = val();
+        else if (a == "--port")
+            o.port = val();
+        else if (a == "--mode")
+            o.mode = val();
+        else if (a == "--tag")
+            o.tag = val();
+        else if (a == "--rate")
+            o.rate = std::stod(val());
+        else if (a == "--count")
+            o.count = std::stoll(val());
+        else if (a == "--duration")
+            o.duration = std::stod(val());
+        else if (a == "--connections")
+            o.connections = std::stoi(val());
+        else if (a == "--threads")
+            o.threads = std::stoi(val());
+        else if (a == "--body-bytes")
+            o.body_bytes = std::stoul(val());
+        else if (a == "--keys")
+            o.keys = std::stoll(val());
+        else if (a == "--token")
+            o.token = std::stoll(val());
+        else if (a == "--grace")
+            o.grace = std::stod(val());
+        else
+            usage(("unknown argument " + a).c_str());
     }
-    if (o.port.empty()) usage("--port is required");
-    if ((o.rate > 0) == (o.count > 0)) usage("give exactly one of --rate and --count");
-    if (o.mode != "health" && o.mode != "put" && o.mode != "cycle") usage("bad --mode");
-    if (o.connections < 1 || o.threads < 1 || o.keys < 1) usage("bad numbers");
+    if (o.port.empty())
+        usage("--port is required");
+    if ((o.rate > 0) == (o.count > 0))
+        usage("give exactly one of --rate and --count");
+    if (o.mode != "health" && o.mode != "put" && o.mode != "cycle")
+        usage("bad --mode");
+    if (o.connections < 1 || o.threads < 1 || o.keys < 1)
+        usage("bad numbers");
     o.threads = std::min(o.threads, o.connections);
     return o;
 }
@@ -118,8 +136,8 @@ std::string make_request(const options& o, long long n, const std::string& body)
     }
     std::string r;
     r.reserve(200 + 2 * name.size() + body.size());
-    r += "PUT /v1/resources/" + name + " HTTP/1.1\r\nHost: " + o.host + "\r\nFencing-Lock: " +
-         name + "\r\nFencing-Token: " + token +
+    r += "PUT /v1/resources/" + name + " HTTP/1.1\r\nHost: " + o.host +
+         "\r\nFencing-Lock: " + name + "\r\nFencing-Token: " + token +
          "\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n\r\n";
     r += body;
@@ -130,8 +148,7 @@ std::string make_request(const options& o, long long n, const std::string& body)
 std::size_t find_header(std::string_view head, std::string_view name) {
     for (std::size_t i = 0; i + name.size() <= head.size(); ++i) {
         std::size_t j = 0;
-        while (j < name.size() &&
-               std::tolower(static_cast<unsigned char>(head[i + j])) == name[j])
+        while (j < name.size() && std::tolower(static_cast<unsigned char>(head[i + j])) == name[j])
             ++j;
         if (j == name.size())
             return i + j;
@@ -190,9 +207,12 @@ struct worker {
             ++st.errors;
         else {
             ++st.completed;
-            if (status >= 200 && status < 300) ++st.s2xx;
-            else if (status == 409) ++st.s409;
-            else ++st.other;
+            if (status >= 200 && status < 300)
+                ++st.s2xx;
+            else if (status == 409)
+                ++st.s409;
+            else
+                ++st.other;
         }
     }
 
@@ -263,7 +283,8 @@ net::awaitable<int> conn::exchange(const std::string& request) {
     co_await net::async_write(sock, net::buffer(request), tok);
     if (ec)
         co_return -1;
-    std::size_t hdr = co_await net::async_read_until(sock, net::dynamic_buffer(buf), "\r\n\r\n", tok);
+    std::size_t hdr =
+        co_await net::async_read_until(sock, net::dynamic_buffer(buf), "\r\n\r\n", tok);
     if (ec)
         co_return -1;
     // "HTTP/1.1 201 ..."
@@ -273,7 +294,8 @@ net::awaitable<int> conn::exchange(const std::string& request) {
     const std::string_view head(buf.data(), hdr);
     std::size_t body = 0;
     if (auto p = find_header(head, "\r\ncontent-length:"); p != std::string_view::npos) {
-        while (p < head.size() && head[p] == ' ') ++p;
+        while (p < head.size() && head[p] == ' ')
+            ++p;
         std::from_chars(head.data() + p, head.data() + head.size(), body);
     }
     bool close = find_header(head, "\r\nconnection: close") != std::string_view::npos;
@@ -294,7 +316,10 @@ net::awaitable<int> conn::exchange(const std::string& request) {
 
 net::awaitable<void> conn::run() {
     ++w.live;
-    struct leave { int& n; ~leave() { --n; } } guard{w.live};
+    struct leave {
+        int& n;
+        ~leave() { --n; }
+    } guard{w.live};
     if (!co_await connect()) {
         w.record(-1);
         co_return;
@@ -345,7 +370,8 @@ net::awaitable<void> conn::run() {
 double pct(const std::vector<std::int64_t>& sorted, double p) {
     if (sorted.empty())
         return 0;
-    std::size_t i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(sorted.size() - 1) + 0.5);
+    std::size_t i =
+        static_cast<std::size_t>(p / 100.0 * static_cast<double>(sorted.size() - 1) + 0.5);
     return static_cast<double>(sorted[std::min(i, sorted.size() - 1)]) / 1e6;
 }
 
@@ -390,8 +416,8 @@ int main(int argc, char** argv) {
     std::sort(all.latency_ns.begin(), all.latency_ns.end());
     std::printf("mode=%s requests=%lld achieved_rps=%.1f target_rps=%.1f seconds=%.2f "
                 "status_2xx=%lld status_409=%lld status_other=%lld errors=%lld incomplete=%lld",
-                o.mode.c_str(), all.completed, static_cast<double>(all.completed) / elapsed,
-                o.rate, elapsed, all.s2xx, all.s409, all.other, all.errors, all.incomplete);
+                o.mode.c_str(), all.completed, static_cast<double>(all.completed) / elapsed, o.rate,
+                elapsed, all.s2xx, all.s409, all.other, all.errors, all.incomplete);
     if (o.rate > 0)
         std::printf(" p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f",
                     pct(all.latency_ns, 50), pct(all.latency_ns, 90), pct(all.latency_ns, 99),
