@@ -1,5 +1,7 @@
 #include "config/parse.hpp"
 
+#include "config/json_depth.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -328,31 +330,6 @@ error apply_operations(const json& obj, const std::string& path,
     return std::nullopt;
 }
 
-// Deepest nesting of arrays and objects, counted without parsing.
-std::size_t nesting_depth(std::string_view text) {
-    std::size_t depth = 0;
-    std::size_t deepest = 0;
-    bool in_string = false;
-    bool escaped = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            deepest = std::max(deepest, ++depth);
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return deepest;
-}
-
 // nlohmann keeps the last of two equal keys; a config that says two things is an error.
 struct duplicate_finder {
     struct frame {
@@ -437,7 +414,7 @@ error read_config_file(const std::string& path, std::string& out) {
 } // namespace
 
 std::optional<parse_error> apply_json(std::string_view json_text, settings& into) {
-    if (nesting_depth(json_text) > max_json_depth)
+    if (json_nesting_exceeds(json_text, max_json_depth))
         return fail("invalid JSON: nested deeper than " + std::to_string(max_json_depth) +
                     " levels");
     duplicate_finder finder;

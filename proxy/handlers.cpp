@@ -1,9 +1,9 @@
 #include "proxy/handlers.hpp"
 
+#include "config/json_depth.hpp"
 #include "config/logging.hpp"
 #include "fence/names.hpp"
 #include "fence/token.hpp"
-#include "proxy/detail/json_depth.hpp"
 #include "proxy/detail/request_id.hpp"
 #include "proxy/detail/rfc3339.hpp"
 #include "proxy/metrics.hpp"
@@ -378,7 +378,7 @@ checked<std::vector<std::optional<std::string>>> operation_params(std::string_vi
             std::nullopt, make_error_response(errc::invalid_request, std::move(message))};
     };
     constexpr std::string_view shape = "the body must be JSON {\"params\": [...]}";
-    if (detail::json_nesting_exceeds(body, max_params_depth))
+    if (config::json_nesting_exceeds(body, max_params_depth))
         return bad("JSON nested deeper than " + std::to_string(max_params_depth) + " levels");
     auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded())

@@ -1,5 +1,5 @@
+#include "config/json_depth.hpp"
 #include "proxy/detail/bad_header.hpp"
-#include "proxy/detail/json_depth.hpp"
 #include "proxy/detail/request_id.hpp"
 #include "proxy/detail/rfc3339.hpp"
 
@@ -42,11 +42,11 @@ TEST_CASE("request ids") {
 }
 
 TEST_CASE("json nesting pre-check") {
-    CHECK_FALSE(detail::json_nesting_exceeds(R"({"params":[1,[2,{"a":[3]}]]})", 5));
-    CHECK(detail::json_nesting_exceeds(R"({"params":[1,[2,{"a":[3]}]]})", 4));
-    CHECK_FALSE(detail::json_nesting_exceeds(R"({"params":["[[[[[[", "\"[[[["]})", 2));
-    CHECK(detail::json_nesting_exceeds(std::string(100, '['), 32));
-    CHECK_FALSE(detail::json_nesting_exceeds("]]]]]]", 1));
+    CHECK_FALSE(fk::config::json_nesting_exceeds(R"({"params":[1,[2,{"a":[3]}]]})", 5));
+    CHECK(fk::config::json_nesting_exceeds(R"({"params":[1,[2,{"a":[3]}]]})", 4));
+    CHECK_FALSE(fk::config::json_nesting_exceeds(R"({"params":["[[[[[[", "\"[[[["]})", 2));
+    CHECK(fk::config::json_nesting_exceeds(std::string(100, '['), 32));
+    CHECK_FALSE(fk::config::json_nesting_exceeds("]]]]]]", 1));
 }
 
 TEST_CASE("finish_response") {

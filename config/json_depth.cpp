@@ -1,6 +1,6 @@
-#include "proxy/detail/json_depth.hpp"
+#include "config/json_depth.hpp"
 
-namespace fk::proxy::detail {
+namespace fk::config {
 
 bool json_nesting_exceeds(std::string_view text, std::size_t max_depth) noexcept {
     std::size_t depth = 0;
@@ -37,4 +37,4 @@ bool json_nesting_exceeds(std::string_view text, std::size_t max_depth) noexcept
     return false;
 }
 
-} // namespace fk::proxy::detail
+} // namespace fk::config
