@@ -238,63 +238,74 @@ std::string etag(std::int64_t version) {
     return "\"" + std::to_string(version) + "\"";
 }
 
-net::awaitable<response> put_resource(call c) {
+// The headers every resource write carries: token, lock (default: the key) and
+// preconditions, or the error response for the first one that is bad.
+struct write_headers {
+    token_t token = 0;
+    std::string lock;
+    fence::preconditions pre;
+};
+
+checked<write_headers> write_headers_of(const call& c) {
     auto token = token_of(c.req);
     if (token.failure)
-        co_return std::move(*token.failure);
+        return {std::nullopt, std::move(token.failure)};
     auto lock = lock_of(c.req, c.match.name);
     if (lock.failure)
-        co_return std::move(*lock.failure);
+        return {std::nullopt, std::move(lock.failure)};
     auto pre = preconditions_of(c.req);
     if (pre.failure)
-        co_return std::move(*pre.failure);
+        return {std::nullopt, std::move(pre.failure)};
+    return {write_headers{*token.value, std::move(*lock.value), *pre.value}, std::nullopt};
+}
+
+net::awaitable<response> put_resource(call c) {
+    auto h = write_headers_of(c);
+    if (h.failure)
+        co_return std::move(*h.failure);
+    auto& [token, lock, pre] = *h.value;
 
     store::put_request p;
     p.key = c.match.name;
-    p.lock = *lock.value;
-    p.token = *token.value;
+    p.lock = lock;
+    p.token = token;
     p.content_type = std::string{std::string_view{c.req[http::field::content_type]}};
     p.body = std::move(c.req.body());
-    p.pre = *pre.value;
+    p.pre = pre;
     store_timer timer{c, store_op::put};
     auto r = co_await c.ctx.store.put(std::move(p));
     timer.done(r.error);
-    count_write(c, r.error, *token.value, r.current_token);
+    count_write(c, r.error, token, r.current_token);
     if (r.error != errc::ok)
-        co_return write_failure(c, r, c.match.name, *lock.value, *token.value);
+        co_return write_failure(c, r, c.match.name, lock, token);
 
-    log_applied(c, c.match.name, *lock.value, r.token);
+    log_applied(c, c.match.name, lock, r.token);
     auto res = json_response(
         r.created ? http::status::created : http::status::ok,
-        {{"key", c.match.name}, {"lock", *lock.value}, {"token", r.token}, {"version", r.version}});
+        {{"key", c.match.name}, {"lock", lock}, {"token", r.token}, {"version", r.version}});
     res.set(http::field::etag, etag(r.version));
     co_return res;
 }
 
 net::awaitable<response> delete_resource(call c) {
-    auto token = token_of(c.req);
-    if (token.failure)
-        co_return std::move(*token.failure);
-    auto lock = lock_of(c.req, c.match.name);
-    if (lock.failure)
-        co_return std::move(*lock.failure);
-    auto pre = preconditions_of(c.req);
-    if (pre.failure)
-        co_return std::move(*pre.failure);
+    auto h = write_headers_of(c);
+    if (h.failure)
+        co_return std::move(*h.failure);
+    auto& [token, lock, pre] = *h.value;
 
     store::delete_request d;
     d.key = c.match.name;
-    d.lock = *lock.value;
-    d.token = *token.value;
-    d.pre = *pre.value;
+    d.lock = lock;
+    d.token = token;
+    d.pre = pre;
     store_timer timer{c, store_op::del};
     auto r = co_await c.ctx.store.remove(std::move(d));
     timer.done(r.error);
-    count_write(c, r.error, *token.value, r.current_token);
+    count_write(c, r.error, token, r.current_token);
     if (r.error != errc::ok)
-        co_return write_failure(c, r, c.match.name, *lock.value, *token.value);
+        co_return write_failure(c, r, c.match.name, lock, token);
 
-    log_applied(c, c.match.name, *lock.value, r.token);
+    log_applied(c, c.match.name, lock, r.token);
     co_return response{http::status::no_content, 11};
 }
 

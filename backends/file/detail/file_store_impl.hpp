@@ -115,6 +115,11 @@ private:
     // Full decision against the committed state; ok means "send it to the committer".
     errc precheck(const std::string& key, const std::string& lock, token_t token,
                   const fence::preconditions& pre, write_result& r) const;
+    // Validation + precheck shared by put and remove: the pending item to commit, or null
+    // with `r` holding the answer.
+    std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
+                                   token_t token, const fence::preconditions& pre,
+                                   write_result& r) const;
     write_result stage_put(pending& p, const std::string& body);
     object_result read_body(const std::string& key);
     int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
