@@ -9,6 +9,7 @@
 #                                        to build-bench/bench-results-quick/ only
 #   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
+#            --only "P S"   measure only these scenarios (never writes docs/)
 #
 # Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
 # fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
@@ -35,6 +36,7 @@ quick=0
 docs=auto
 stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
+only="P F S H"
 while (($#)); do
     case "$1" in
         --quick) quick=1 ;;
@@ -45,6 +47,7 @@ while (($#)); do
         --body-bytes) body_bytes="$2"; shift ;;
         --pg-script) pg_script="$2"; shift ;;
         --docs) docs=1 ;;
+        --only) only="$2"; docs=0; shift ;;
         --no-docs) docs=0 ;;
         -h|--help) sed -n "2,23p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
@@ -59,6 +62,10 @@ if ((quick)); then
     [[ " $cmdline " == *" --mem-locks "* ]] || mem_locks=50000
     stale_keys=2000
 fi
+for scen in $only; do
+    [[ $scen == [PFSH] ]] || { echo "bench.sh: --only takes scenarios out of P F S H" >&2; exit 2; }
+done
+want() { [[ " $only " == *" $1 "* ]]; }
 [[ $docs == auto ]] && docs=$((quick ? 0 : 1))
 [[ "$rounds" =~ ^[1-9][0-9]*$ && "$duration" =~ ^[1-9][0-9]*$ && "$mem_locks" =~ ^[0-9]+$ ]] \
     || { echo "bench.sh: --rounds, --duration and --mem-locks take positive integers" >&2; exit 2; }
@@ -361,19 +368,19 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "measuring: $rounds round(s) x clients {$clients} x P F S H, ${duration}s per side"
 for r in $(seq "$rounds"); do
     log "round $r of $rounds"
-    for c in $clients; do
+    want P && for c in $clients; do
         fk_side P "$fk_pid_pg" "$fk_port_pg" "$c" "$r" 2xx put "p$c-r$r" "$body_bytes"
         pgbench_side "$c" "$r"
     done
-    for c in $clients; do
+    want F && for c in $clients; do
         fk_side F "$fk_pid_file" "$fk_port_file" "$c" "$r" 2xx put "f$c-r$r" "$body_bytes"
         durable_side "$c" "$r"
     done
-    for c in $clients; do
+    want S && for c in $clients; do
         fk_side S "$fk_pid_stale" "$fk_port_stale" "$c" "$r" 409 cycle s "$body_bytes" "$stale_keys" 1
         nginx_side S "$c" "$r" cycle s "$body_bytes" "$stale_keys" 1
     done
-    for c in $clients; do
+    want H && for c in $clients; do
         fk_side H "$fk_pid_health" "$fk_port_health" "$c" "$r" 2xx
         nginx_side H "$c" "$r"
     done
@@ -394,7 +401,7 @@ print(max(statistics.median(v) for v in by.values()))
 EOF
 }
 lat_conns=128
-for scen in P F S H; do
+for scen in $only; do
     case $scen in
         P) port=$fk_port_pg; args=(--mode put --tag "lp") ;;
         F) port=$fk_port_file; args=(--mode put --tag "lf") ;;
