@@ -9,22 +9,6 @@
 
 using namespace fk::store::pg;
 
-TEST_CASE("lru_map evicts the least recently used") {
-    detail::lru_map<int> m(2);
-    m.upsert("a", 1);
-    m.upsert("b", 2);
-    CHECK(m.find("a")); // a is now most recent
-    m.upsert("c", 3);   // evicts b
-    CHECK(m.find("a"));
-    CHECK_FALSE(m.find("b"));
-    CHECK(*m.find("c") == 3);
-    m.erase("a");
-    CHECK(m.size() == 1);
-    detail::lru_map<int> off(0);
-    CHECK(off.upsert("a", 1) == nullptr);
-    CHECK(off.size() == 0);
-}
-
 TEST_CASE("fence cache keeps the maximum and proves staleness only below it") {
     fence_cache c(100);
     CHECK_FALSE(c.stale_bound("L", 1).has_value());
