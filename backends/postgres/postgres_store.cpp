@@ -268,8 +268,8 @@ private:
 
     // While writes are queued: refuses those that waited statement_timeout for a
     // connection (nothing was sent for them), like a pool waiter that gives up. One timer
-    // for the whole queue instead of one per write; a write gives up at most
-    // sweep_period late.
+    // for the whole queue instead of one per write; a write gives up at most one period
+    // (statement_timeout / 8, 10 to 250 ms) late.
     net::awaitable<void> sweep() {
         auto self = shared_from_this();
         const auto period = std::clamp(statement_timeout_ / 8, millis(10), millis(250));
