@@ -28,7 +28,7 @@ struct http_limits {
 
 struct postgres_settings {
     std::string schema = "fencekeeper";
-    int pool_size = 0;              // 0 → 2 × threads
+    int pool_size = 0;              // 0 → 2 × threads, at least 16
     std::size_t queue_limit = 1024; // waiting requests beyond the pool, then 503
     millis connect_timeout{5'000};
     millis statement_timeout{5'000};        // server side and our own timer
@@ -56,7 +56,7 @@ struct settings {
 
 // threads resolved against the machine (0 → cores, at least 1).
 int effective_threads(const settings& s) noexcept;
-// pool size resolved (0 → 2 × threads).
+// pool size resolved (0 → 2 × threads, at least 16).
 int effective_pool_size(const settings& s) noexcept;
 
 enum class store_kind { file, postgres };

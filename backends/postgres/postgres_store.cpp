@@ -8,8 +8,10 @@
 #include "backends/postgres/sql.hpp"
 #include "config/logging.hpp"
 
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -44,18 +46,47 @@ struct waiter {
 using waiter_ptr = std::shared_ptr<waiter>;
 
 // One PUT or DELETE waiting for, or in, a group-commit batch. `item` views the request,
-// which lives in the suspended caller's frame until `finished`.
+// which lives in the suspended caller's frame until it has been answered. Touched on the
+// pool strand only.
 struct write_job {
-    write_job(const connection::strand_type& ex, const pg::sql::batch_item& i)
-        : item(i), key(i.key), lock(i.lock), timer(ex) {}
+    explicit write_job(const pg::sql::batch_item& i) : item(i), key(i.key), lock(i.lock) {}
+    virtual ~write_job() = default;
+    write_job(const write_job&) = delete;
+    write_job& operator=(const write_job&) = delete;
+
+    // Resumes the caller with `r` on the caller's executor (never inline); once only.
+    void answer(write_result r) {
+        if (!answered_) {
+            answered_ = true;
+            complete(std::move(r));
+        }
+    }
+
     pg::sql::batch_item item;
     std::string_view key;
     std::string_view lock;
     bool alone = false;
     int attempts = 0;
-    bool finished = false;
-    write_result result;
-    net::steady_timer timer; // pool strand; cancelled when finished
+    // While queued: when the write gives up waiting for a connection (the sweep refuses
+    // it). In a batch, the batch's own deadline applies instead.
+    std::chrono::steady_clock::time_point give_up;
+
+private:
+    virtual void complete(write_result r) = 0;
+    bool answered_ = false;
+};
+
+// The job and the caller's completion handler in one allocation.
+template <class Handler> struct write_job_for final : write_job {
+    write_job_for(const pg::sql::batch_item& i, Handler h, net::any_io_executor e)
+        : write_job(i), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(write_result r) override {
+        net::post(ex, [h = std::move(handler), r = std::move(r)]() mutable {
+            std::move(h)(std::move(r));
+        });
+    }
+    Handler handler;
+    net::any_io_executor ex;
 };
 using job_ptr = std::shared_ptr<write_job>;
 
@@ -189,46 +220,76 @@ public:
     }
 
     // Group commit (batch_max > 1): the write joins the queue and a batch runner sends it,
-    // alone when a connection is free now, else with whatever accumulated meanwhile.
+    // alone when a connection is free now, else with whatever accumulated meanwhile. One
+    // hop to the pool strand and one back, no coroutine frame or timer per write: this is
+    // the hot path of every PUT and DELETE.
     net::awaitable<write_result> submit_write(const pg::sql::batch_item& item) {
-        co_return co_await net::co_spawn(pool_strand_, submit_on_strand(item), net::use_awaitable);
+        return net::async_initiate<decltype(net::use_awaitable), void(write_result)>(
+            [self = shared_from_this(), item](auto handler) {
+                using handler_type = decltype(handler);
+                net::any_io_executor ex =
+                    net::get_associated_executor(handler, self->io_.get_executor());
+                job_ptr job = std::make_shared<write_job_for<handler_type>>(
+                    item, std::move(handler), std::move(ex));
+                net::dispatch(self->pool_strand_, [self, job = std::move(job)]() mutable {
+                    self->submit_on_strand(std::move(job));
+                });
+            },
+            net::use_awaitable);
     }
 
     pg::fence_cache cache;
 
 private:
-    net::awaitable<write_result> submit_on_strand(pg::sql::batch_item item) {
+    void submit_on_strand(job_ptr job) {
         if (stopped())
-            co_return unavailable<write_result>("the store is stopping");
+            return job->answer(unavailable<write_result>("the store is stopping"));
         if (state_.live() == 0)
-            co_return unavailable<write_result>("database unavailable: no database connection");
+            return job->answer(
+                unavailable<write_result>("database unavailable: no database connection"));
         if (batches_.size() >= queue_limit_)
-            co_return unavailable<write_result>(
-                "database unavailable: too many writes waiting for a database connection");
-        auto job = std::make_shared<write_job>(pool_strand_, item);
-        batches_.push(job);
+            return job->answer(unavailable<write_result>(
+                "database unavailable: too many writes waiting for a database connection"));
+        enqueue(job, false);
         spawn_runner_if_needed();
-        for (;;) {
-            boost::system::error_code ec;
-            job->timer.expires_after(statement_timeout_);
-            co_await job->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
-            if (job->finished)
-                co_return std::move(job->result);
-            // Still queued: nothing was sent, give up like a pool waiter. In a batch: its
-            // exchange has its own deadline, so wait for the truthful outcome.
-            if (batches_.remove(job))
-                co_return unavailable<write_result>(
-                    stopped() ? "the store is stopping"
-                              : "database unavailable: no database connection became free in "
-                                "time");
+    }
+
+    void enqueue(const job_ptr& j, bool front) {
+        j->give_up = std::chrono::steady_clock::now() + statement_timeout_;
+        if (front)
+            batches_.push_front(j);
+        else
+            batches_.push(j);
+        if (!sweeping_) {
+            sweeping_ = true;
+            net::co_spawn(pool_strand_, sweep(), net::detached);
         }
     }
 
-    void finish(const job_ptr& j, write_result r) {
-        j->result = std::move(r);
-        j->finished = true;
-        j->timer.cancel();
+    // While writes are queued: refuses those that waited statement_timeout for a
+    // connection (nothing was sent for them), like a pool waiter that gives up. One timer
+    // for the whole queue instead of one per write; a write gives up at most one period
+    // (statement_timeout / 8, 10 to 250 ms) late.
+    net::awaitable<void> sweep() {
+        auto self = shared_from_this();
+        const auto period = std::clamp(statement_timeout_ / 8, millis(10), millis(250));
+        net::steady_timer t(pool_strand_);
+        while (!batches_.empty() && !stopped()) {
+            t.expires_after(period);
+            boost::system::error_code ec;
+            co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+            const auto now = std::chrono::steady_clock::now();
+            for (auto& j :
+                 batches_.remove_if([now](const job_ptr& e) { return e->give_up <= now; }))
+                finish(j, unavailable<write_result>(
+                              stopped() ? "the store is stopping"
+                                        : "database unavailable: no database connection became "
+                                          "free in time"));
+        }
+        sweeping_ = false;
     }
+
+    static void finish(const job_ptr& j, write_result r) { j->answer(std::move(r)); }
 
     // At most one runner waits for a connection at a time: while it waits, writes pile up
     // for it (that is what makes batches grow under load); runners that hold a connection
@@ -275,11 +336,13 @@ private:
                                   "written"));
                 } else {
                     j->alone = m.alone;
-                    batches_.push_front(j);
+                    enqueue(j, true);
                 }
             }
-            // Reads and operations waiting for a connection get this one first.
-            if (stopped() || state_.waiting() > 0 || !a.conn->reusable())
+            // Reads and operations waiting for a connection get this one first; the one
+            // batch runner that may be waiting does not count (this runner takes its work).
+            const bool others_wait = state_.waiting() > (runner_waiting_ ? 1U : 0U);
+            if (stopped() || others_wait || !a.conn->reusable())
                 break;
         }
         on_release(std::move(a.conn));
@@ -562,6 +625,7 @@ private:
     pg::detail::batch_queue<job_ptr> batches_;                    // pool strand only
     std::size_t queue_limit_;
     bool runner_waiting_ = false; // pool strand only
+    bool sweeping_ = false;       // pool strand only
 };
 
 class postgres_store final : public store {

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -21,15 +22,19 @@ TEST_CASE("effective_threads: 0 means the number of cores, never less than 1") {
     CHECK(effective_threads(s) >= 1);
 }
 
-TEST_CASE("effective_pool_size: 0 means twice the threads") {
+TEST_CASE("effective_pool_size: 0 means twice the threads, at least 16") {
     settings s;
     s.threads = 3;
-    CHECK(effective_pool_size(s) == 6);
+    CHECK(effective_pool_size(s) == 16);
+    s.threads = 8;
+    CHECK(effective_pool_size(s) == 16);
+    s.threads = 12;
+    CHECK(effective_pool_size(s) == 24);
     s.postgres.pool_size = 5;
     CHECK(effective_pool_size(s) == 5);
     s.threads = 0;
     s.postgres.pool_size = 0;
-    CHECK(effective_pool_size(s) == 2 * effective_threads(s));
+    CHECK(effective_pool_size(s) == std::max(16, 2 * effective_threads(s)));
 }
 
 TEST_CASE("parse_store_url") {

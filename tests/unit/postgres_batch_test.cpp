@@ -413,3 +413,22 @@ TEST_CASE("batch_queue: remove only while queued; take_queued empties") {
     CHECK(q.max_batch() == 1);
     CHECK(detail::batch_queue<fake_ptr>(0).max_batch() == 1);
 }
+
+TEST_CASE("batch_queue: remove_if takes only queued entries, in order, and keeps the rest") {
+    detail::batch_queue<fake_ptr> q(1);
+    auto a = w("k1", "L1"), b = w("k2", "L2"), c = w("k3", "L3"), d = w("k4", "L4");
+    q.push(a);
+    auto in_flight = q.take();
+    REQUIRE(in_flight == std::vector<fake_ptr>{a});
+    q.push(b);
+    q.push(c);
+    q.push(d);
+    // The in-flight entry is never offered to the predicate's verdict.
+    auto gone = q.remove_if([&](const fake_ptr& e) { return e == a || e == b || e == d; });
+    CHECK(gone == std::vector<fake_ptr>{b, d});
+    CHECK(q.size() == 1);
+    CHECK(q.remove_if([](const fake_ptr&) { return false; }).empty());
+    q.done(in_flight);
+    CHECK(q.take() == std::vector<fake_ptr>{c});
+    CHECK(q.empty());
+}

@@ -46,6 +46,20 @@ public:
         return true;
     }
 
+    // Takes every queued (not in flight) entry for which `pred` holds, in queue order.
+    template <class Pred> std::vector<Entry> remove_if(Pred pred) {
+        std::vector<Entry> out;
+        for (auto it = queue_.begin(); it != queue_.end();) {
+            if (pred(*it)) {
+                out.push_back(std::move(*it));
+                it = queue_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        return out;
+    }
+
     // The next batch (empty when nothing queued can go now); its keys and locks are in
     // flight until done().
     std::vector<Entry> take() {
