@@ -153,7 +153,7 @@ if "mem_locks" in mem:
         f"{('**PASS**' if ok else '**MISS**') if n >= 1_000_000 else '(fewer than 1M locks: no verdict)'} |\n\n"
         f"{n:,} fresh `PUT`s (16-byte bodies), each to its own lock and key, closed loop over 64 "
         f"connections, took {mem['mem_seconds']} s. Each accepted write puts its lock in the fence "
-        "cache and its key in the key→lock map (both bounded LRUs sized by `fence_cache_size`), "
+        "cache and its key in the key→lock map (both bounded tables with approximate-LRU eviction, sized by `fence_cache_size`), "
         "so this is the per-lock memory of the Postgres store. That fencekeeper runs on its own "
         "database (`fkmem`) with `synchronous_commit = off`, only so that a million writes fit "
         "in the run; durability does not change what the process keeps in memory.")
