@@ -239,7 +239,10 @@ response write_failure(const call& c, const store::write_result& r,
 }
 
 std::string etag(std::int64_t version) {
-    return "\"" + std::to_string(version) + "\"";
+    std::string tag = std::to_string(version);
+    tag.insert(tag.begin(), '"');
+    tag += '"';
+    return tag;
 }
 
 // The headers every resource write carries: token, lock (default: the key) and
