@@ -92,8 +92,6 @@ public:
         bool no_writer = false;
         {
             std::lock_guard lock{mu_};
-            if (!stopping_ && !thread_.joinable())
-                start_locked();
             if (pending_.size() + line.size() > max_bytes) {
                 ++dropped_;
                 return;
@@ -107,7 +105,7 @@ public:
             wake = urgent || pending_.size() >= flush_bytes;
             no_writer = !thread_.joinable();
         }
-        // No writer thread (exit has begun, or it could not start): write now.
+        // No writer thread (not started, exit has begun, or it could not start): write now.
         if (no_writer)
             flush();
         else if (wake)
@@ -131,12 +129,10 @@ public:
             std::string{}.swap(batch_);
     }
 
-    ~sink() { stop(); }
-
-private:
-    sink() = default;
-
-    void start_locked() noexcept {
+    void start() noexcept {
+        std::lock_guard lock{mu_};
+        if (stopping_ || thread_.joinable())
+            return;
         try {
             thread_ = std::thread([this] { run(); });
             std::atexit([] { sink::instance().stop(); });
@@ -144,6 +140,11 @@ private:
             stopping_ = true; // no thread: lines are written synchronously
         }
     }
+
+    ~sink() { stop(); }
+
+private:
+    sink() = default;
 
     void stop() noexcept {
         std::thread t;
@@ -432,6 +433,10 @@ void write_fields(level l, std::string_view msg, std::initializer_list<field> fi
     sink::instance().append(line, l >= level::error);
     if (line.capacity() > 64 * 1024)
         std::string{}.swap(line);
+}
+
+void start_writer() noexcept {
+    sink::instance().start();
 }
 
 void flush() noexcept {

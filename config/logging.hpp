@@ -1,13 +1,16 @@
 #pragma once
-// Structured logs: one JSON object per line on standard error.
+// Structured logs: one JSON object per line on standard error, each line written whole
+// so that lines from different threads never interleave.
 //
-// write() formats the line on the calling thread and appends it, whole, to an in-memory
-// buffer (a short critical section, no syscall); a background thread writes the buffer
-// to fd 2 every 50 ms, at once when it passes 64 KiB or an error line arrives, and at
-// exit. So lines never interleave, the I/O threads never block on a slow stderr, and
-// nothing is lost on a normal exit (main returning or exit(3)): only a crash or SIGKILL
-// can lose the last ~50 ms. When stderr stays blocked and 8 MiB are waiting, further
-// lines are dropped and counted; a line saying how many is written when it drains.
+// Until start_writer() is called (and in processes that never call it: tests, tools,
+// --check-config) each line is written at once with write(2). After it, write() formats
+// the line on the calling thread and appends it to an in-memory buffer (a short critical
+// section, no syscall); a background thread writes the buffer to fd 2 every 50 ms, at
+// once when it passes 64 KiB or an error line arrives, and at exit. So the I/O threads
+// never block on a slow stderr, and nothing is lost on a normal exit (main returning or
+// exit(3)): only a crash or SIGKILL can lose the last ~50 ms. When stderr stays blocked
+// and 8 MiB are waiting, further lines are dropped and counted; a line saying how many
+// is written when it drains.
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -56,6 +59,10 @@ struct field {
 
 // write() with fields given as a list, in order; `key`s must not be ts, level or msg.
 void write_fields(level l, std::string_view msg, std::initializer_list<field> fields);
+
+// Starts the background writer (see above). Idempotent. The process must not fork
+// afterwards (a child would inherit a buffer without its writer).
+void start_writer() noexcept;
 
 // Writes every line buffered so far to stderr before returning. For shutdown and tests;
 // also runs at exit. Never call it on an I/O thread.

@@ -84,6 +84,7 @@ private:
 
 int serve(const std::vector<std::string>& args, const config::settings& settings) {
     logging::set_level(settings.log_level);
+    logging::start_writer(); // log lines leave the I/O threads from here on
     auto checked = proxy::preflight(settings);
     if (!checked.ok()) {
         std::cerr << "fencekeeper: " << checked.error << "\n";

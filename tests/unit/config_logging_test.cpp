@@ -160,7 +160,12 @@ TEST_CASE("format_line with a field list: the same line as with a JSON object") 
             0) == 0);
 }
 
-TEST_CASE("write_fields and write reach stderr after flush, one line each") {
+TEST_CASE("write_fields and write reach stderr, one line each; with the writer thread after "
+          "flush") {
+    SUBCASE("written at once") {}
+    SUBCASE("background writer") {
+        start_writer();
+    }
     // Redirect fd 2 into a pipe for the duration of the test.
     int fds[2];
     REQUIRE(::pipe(fds) == 0);
