@@ -4,8 +4,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <mutex>
+#include <thread>
 #include <unistd.h>
 
 namespace fk::logging {
@@ -20,7 +24,9 @@ std::string dump(const nlohmann::json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string rfc3339_millis(std::chrono::system_clock::time_point when) {
+// Appends the RFC 3339 UTC time with milliseconds. The calendar part is formatted once
+// per second per thread.
+void append_rfc3339_millis(std::string& out, std::chrono::system_clock::time_point when) {
     using namespace std::chrono;
     const auto ms_since_epoch = duration_cast<milliseconds>(when.time_since_epoch()).count();
     // Floor division so that instants before 1970 still format correctly.
@@ -30,25 +36,32 @@ std::string rfc3339_millis(std::chrono::system_clock::time_point when) {
         ms += 1000;
         secs -= 1;
     }
-    const std::time_t t = static_cast<std::time_t>(secs);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  static_cast<int>(ms));
-    return buf;
+    thread_local long long cached_secs = -1;
+    thread_local char cached[48] = {};
+    thread_local int cached_len = 0;
+    if (secs != cached_secs || cached_len == 0) {
+        const std::time_t t = static_cast<std::time_t>(secs);
+        std::tm tm{};
+        gmtime_r(&t, &tm);
+        cached_len =
+            std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                          tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (cached_len < 0 || cached_len >= static_cast<int>(sizeof cached))
+            cached_len = 0;
+        cached_secs = secs;
+    }
+    out.append(cached, static_cast<std::size_t>(cached_len));
+    const char frac[5] = {'.', static_cast<char>('0' + ms / 100),
+                          static_cast<char>('0' + ms / 10 % 10), static_cast<char>('0' + ms % 10),
+                          'Z'};
+    out.append(frac, sizeof frac);
 }
 
 bool is_reserved(const std::string& key) {
     return key == "ts" || key == "level" || key == "msg";
 }
 
-void write_all(const std::string& line) noexcept {
-    const char* p = line.data();
-    std::size_t left = line.size();
-    // One write(2) for the whole line; the loop only matters for lines longer than a
-    // pipe's atomic size or an interrupted call.
+void write_all(const char* p, std::size_t left) noexcept {
     while (left > 0) {
         const ssize_t n = ::write(2, p, left);
         if (n < 0) {
@@ -59,6 +72,202 @@ void write_all(const std::string& line) noexcept {
         p += n;
         left -= static_cast<std::size_t>(n);
     }
+}
+
+// The buffer between the threads that log and the one that writes. Lines are appended
+// whole under mu_, so a flush never splits one.
+class sink {
+public:
+    static constexpr std::size_t flush_bytes = 64 * 1024;
+    static constexpr std::size_t max_bytes = 8 * 1024 * 1024;
+    static constexpr std::chrono::milliseconds interval{50};
+
+    static sink& instance() {
+        static sink s;
+        return s;
+    }
+
+    void append(std::string_view line, bool urgent) noexcept {
+        bool wake = false;
+        bool no_writer = false;
+        {
+            std::lock_guard lock{mu_};
+            if (pending_.size() + line.size() > max_bytes) {
+                ++dropped_;
+                return;
+            }
+            try {
+                pending_.append(line);
+            } catch (...) {
+                ++dropped_;
+                return;
+            }
+            wake = urgent || pending_.size() >= flush_bytes;
+            no_writer = !thread_.joinable();
+        }
+        // No writer thread (not started, exit has begun, or it could not start): write now.
+        if (no_writer)
+            flush();
+        else if (wake)
+            cv_.notify_one();
+    }
+
+    // Writes what is pending now, on the calling thread. write_mu_ is held from the swap
+    // to the end of the write, so batches reach fd 2 in order and a flush() returns only
+    // once every line appended before it has been written.
+    void flush() noexcept {
+        std::lock_guard write_lock{write_mu_};
+        std::size_t dropped = 0;
+        {
+            std::lock_guard lock{mu_};
+            batch_.swap(pending_);
+            dropped = std::exchange(dropped_, 0);
+        }
+        write_batch(batch_, dropped);
+        batch_.clear();
+        if (batch_.capacity() > 4 * flush_bytes)
+            std::string{}.swap(batch_);
+    }
+
+    void start() noexcept {
+        std::lock_guard lock{mu_};
+        if (stopping_ || thread_.joinable())
+            return;
+        try {
+            thread_ = std::thread([this] { run(); });
+            std::atexit([] { sink::instance().stop(); });
+        } catch (...) {
+            stopping_ = true; // no thread: lines are written synchronously
+        }
+    }
+
+    ~sink() { stop(); }
+
+private:
+    sink() = default;
+
+    void stop() noexcept {
+        std::thread t;
+        {
+            std::lock_guard lock{mu_};
+            stopping_ = true;
+            t = std::move(thread_);
+        }
+        cv_.notify_one();
+        if (t.joinable() && t.get_id() != std::this_thread::get_id())
+            t.join();
+        else if (t.joinable())
+            t.detach();
+        flush();
+    }
+
+    void run() noexcept {
+        for (;;) {
+            bool stop = false;
+            {
+                std::unique_lock lock{mu_};
+                cv_.wait_for(lock, interval,
+                             [this] { return stopping_ || pending_.size() >= flush_bytes; });
+                stop = stopping_;
+            }
+            flush();
+            if (stop)
+                return;
+        }
+    }
+
+    static void write_batch(const std::string& batch, std::size_t dropped) noexcept {
+        write_all(batch.data(), batch.size());
+        if (dropped > 0) {
+            std::string line;
+            try {
+                line = format_line(level::error, "log lines dropped: stderr was blocked",
+                                   {field{"dropped", static_cast<std::int64_t>(dropped)}},
+                                   std::chrono::system_clock::now());
+                line += '\n';
+            } catch (...) {
+                return;
+            }
+            write_all(line.data(), line.size());
+        }
+    }
+
+    std::mutex mu_; // pending_, dropped_, stopping_, thread_
+    std::condition_variable cv_;
+    std::string pending_;
+    std::size_t dropped_ = 0;
+    bool stopping_ = false;
+    std::thread thread_;
+    std::mutex write_mu_; // batch_; keeps batches in order between run() and flush()
+    std::string batch_;
+};
+
+// The length of the valid UTF-8 sequence starting at s[i], or the number of bytes to
+// skip (negated) when there is none: -1 for a byte that cannot start a sequence, -k when
+// a lead byte and k-1 continuation bytes were fine and the next byte was not (that byte
+// is looked at again, as nlohmann's decoder does) or the text ended.
+int utf8_sequence(std::string_view s, std::size_t i) noexcept {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xBF; // the range of the second byte
+    if (b0 < 0x80)
+        return 1;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        len = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        len = 3;
+        if (b0 == 0xE0)
+            lo = 0xA0;
+        else if (b0 == 0xED)
+            hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        len = 4;
+        if (b0 == 0xF0)
+            lo = 0x90;
+        else if (b0 == 0xF4)
+            hi = 0x8F;
+    } else {
+        return -1;
+    }
+    for (int k = 1; k < len; ++k) {
+        if (i + static_cast<std::size_t>(k) >= s.size())
+            return -k;
+        const auto b = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+        const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
+        if (b < min || b > max)
+            return -k;
+    }
+    return len;
+}
+
+void append_field(std::string& line, const field& f) {
+    line += ',';
+    append_json_string(line, f.key);
+    line += ':';
+    switch (f.type) {
+    case field::kind::string:
+        append_json_string(line, f.text);
+        break;
+    case field::kind::integer: {
+        char buf[24];
+        const int n = std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(f.number));
+        line.append(buf, static_cast<std::size_t>(n));
+        break;
+    }
+    case field::kind::null:
+        line += "null";
+        break;
+    }
+}
+
+void append_head(std::string& line, level l, std::string_view msg,
+                 std::chrono::system_clock::time_point when) {
+    line += R"({"ts":")";
+    append_rfc3339_millis(line, when);
+    line += R"(","level":")";
+    line += to_string(l);
+    line += R"(","msg":)";
+    append_json_string(line, msg);
 }
 
 } // namespace
@@ -97,20 +306,76 @@ level current_level() noexcept {
     return g_level.load(std::memory_order_relaxed);
 }
 
+void append_json_string(std::string& out, std::string_view text) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += '"';
+    std::size_t i = 0;
+    while (i < text.size()) {
+        // A run of plain ASCII is copied at once.
+        std::size_t j = i;
+        while (j < text.size()) {
+            const auto c = static_cast<unsigned char>(text[j]);
+            if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80)
+                break;
+            ++j;
+        }
+        out.append(text.data() + i, j - i);
+        i = j;
+        if (i == text.size())
+            break;
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c < 0x80) {
+            switch (c) {
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            default: {
+                const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xF]};
+                out.append(esc, 6);
+            }
+            }
+            ++i;
+            continue;
+        }
+        const int n = utf8_sequence(text, i);
+        if (n > 0) {
+            out.append(text.data() + i, static_cast<std::size_t>(n));
+            i += static_cast<std::size_t>(n);
+        } else {
+            out += "\xEF\xBF\xBD";
+            i += static_cast<std::size_t>(-n);
+        }
+    }
+    out += '"';
+}
+
 std::string format_line(level l, std::string_view msg, const nlohmann::json& fields,
                         std::chrono::system_clock::time_point when) {
     std::string line;
     line.reserve(96 + msg.size());
-    line += R"({"ts":")";
-    line += rfc3339_millis(when);
-    line += R"(","level":")";
-    line += to_string(l);
-    line += R"(","msg":)";
-    line += dump(nlohmann::json(msg));
+    append_head(line, l, msg, when);
     if (fields.is_object()) {
         for (const auto& [key, value] : fields.items()) {
             line += ',';
-            line += dump(nlohmann::json(is_reserved(key) ? "field." + key : key));
+            append_json_string(line, is_reserved(key) ? "field." + key : key);
             line += ':';
             line += dump(value);
         }
@@ -118,6 +383,17 @@ std::string format_line(level l, std::string_view msg, const nlohmann::json& fie
         line += R"(,"fields":)";
         line += dump(fields);
     }
+    line += '}';
+    return line;
+}
+
+std::string format_line(level l, std::string_view msg, std::initializer_list<field> fields,
+                        std::chrono::system_clock::time_point when) {
+    std::string line;
+    line.reserve(160 + msg.size());
+    append_head(line, l, msg, when);
+    for (const auto& f : fields)
+        append_field(line, f);
     line += '}';
     return line;
 }
@@ -133,11 +409,38 @@ void write(level l, std::string_view msg, const nlohmann::json& fields) {
         // Only allocation can fail here; a lost log line beats a failed request.
         return;
     }
-    write_all(line);
+    sink::instance().append(line, l >= level::error);
 }
 
 void write(level l, std::string_view msg) {
     write(l, msg, nlohmann::json());
+}
+
+void write_fields(level l, std::string_view msg, std::initializer_list<field> fields) {
+    if (!enabled(l))
+        return;
+    // Formatted into a per-thread buffer: no allocation once it has grown.
+    thread_local std::string line;
+    try {
+        line.clear();
+        append_head(line, l, msg, std::chrono::system_clock::now());
+        for (const auto& f : fields)
+            append_field(line, f);
+        line += "}\n";
+    } catch (const std::exception&) {
+        return;
+    }
+    sink::instance().append(line, l >= level::error);
+    if (line.capacity() > 64 * 1024)
+        std::string{}.swap(line);
+}
+
+void start_writer() noexcept {
+    sink::instance().start();
+}
+
+void flush() noexcept {
+    sink::instance().flush();
 }
 
 } // namespace fk::logging

@@ -69,7 +69,7 @@ void connection_registry::begin_drain(std::function<void()> on_empty) {
         notify();
         return;
     }
-    // Sessions are asked outside the lock: drain() only posts to their strands.
+    // Sessions are asked outside the lock: drain() only posts to their executors.
     for (auto& s : snapshot())
         s->drain();
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The set of open connections: what the graceful drain walks (stop the idle ones, let
 // the busy ones finish) and what tells it when the last one has gone. Thread-safe; the
-// sessions themselves run on their own strands.
+// sessions themselves run on their own executors.
 
 #include <cstddef>
 #include <cstdint>

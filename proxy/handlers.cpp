@@ -178,16 +178,20 @@ void count_write(const call& c, errc e, token_t token, token_t current) noexcept
         c.ctx.stats->observe_stale_gap(current, token);
 }
 
+// Every rejected write logs this line, so it is formatted without a JSON tree.
 void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
                token_t token, token_t current) {
-    auto f = log_fields(c);
-    f["lock"] = lock;
-    f["key"] = key ? nlohmann::json(*key) : nlohmann::json(nullptr);
-    f["token"] = token;
-    f["fence"] = current;
-    f["current_token"] = current; // the name in the 409 body
-    f["gap"] = current - token;
-    logging::write(logging::level::warn, "rejected stale write", f);
+    if (!logging::enabled(logging::level::warn))
+        return;
+    logging::write_fields(logging::level::warn, "rejected stale write",
+                          {{"peer", c.ctx.peer},
+                           {"request_id", c.ctx.request_id},
+                           {"lock", lock},
+                           logging::field::optional("key", key),
+                           {"token", token},
+                           {"fence", current},
+                           {"current_token", current}, // the name in the 409 body
+                           {"gap", current - token}});
 }
 
 void log_applied(const call& c, std::optional<std::string_view> key, std::string_view lock,
@@ -235,7 +239,10 @@ response write_failure(const call& c, const store::write_result& r,
 }
 
 std::string etag(std::int64_t version) {
-    return "\"" + std::to_string(version) + "\"";
+    std::string tag = std::to_string(version);
+    tag.insert(tag.begin(), '"');
+    tag += '"';
+    return tag;
 }
 
 // The headers every resource write carries: token, lock (default: the key) and
@@ -486,8 +493,13 @@ net::awaitable<response> dispatch(call c) {
         co_return co_await list_fences(c);
     case route::operation:
         co_return co_await run_operation(c);
-    case route::healthz:
-        co_return json_response(http::status::ok, {{"status", "ok"}});
+    case route::healthz: {
+        // The liveness probe, asked often: a fixed body, no JSON tree.
+        response res{http::status::ok, 11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = R"({"status":"ok"})";
+        co_return res;
+    }
     case route::readyz:
         if (c.ctx.store.ready())
             co_return json_response(http::status::ok, {{"status", "ready"}});

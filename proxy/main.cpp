@@ -84,6 +84,7 @@ private:
 
 int serve(const std::vector<std::string>& args, const config::settings& settings) {
     logging::set_level(settings.log_level);
+    logging::start_writer(); // log lines leave the I/O threads from here on
     auto checked = proxy::preflight(settings);
     if (!checked.ok()) {
         std::cerr << "fencekeeper: " << checked.error << "\n";
@@ -100,8 +101,19 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
                        {{"listen", settings.listen_host}});
     }
 
+    // One io_context per I/O thread, each run by exactly that thread (concurrency hint 1):
+    // `io` also holds the acceptor, the signals and the store; connections are spread over
+    // all of them (proxy/server.hpp).
     const int threads = config::effective_threads(settings);
-    io_context io{threads};
+    io_context io{1};
+    std::vector<std::unique_ptr<io_context>> workers;
+    std::vector<net::executor_work_guard<net::io_context::executor_type>> worker_guards;
+    std::vector<net::io_context*> session_contexts{&io};
+    for (int i = 1; i < threads; ++i) {
+        workers.push_back(std::make_unique<io_context>(1));
+        worker_guards.push_back(net::make_work_guard(*workers.back()));
+        session_contexts.push_back(workers.back().get());
+    }
 
     auto opened = store::make_store(io, settings);
     if (auto* failure = std::get_if<store::open_error>(&opened)) {
@@ -116,7 +128,7 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
     proxy::limiter inflight{settings.http.max_inflight_requests};
     const proxy::session_services services{*store, settings, stats, auth, connections, inflight};
 
-    proxy::server server{io, services};
+    proxy::server server{io, services, session_contexts};
     if (auto error = server.listen()) {
         std::cerr << "fencekeeper: " << *error << "\n";
         store->stop();
@@ -133,12 +145,12 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
                     {"version", FK_VERSION}});
 
     std::vector<std::thread> pool;
-    pool.reserve(static_cast<std::size_t>(threads));
-    for (int i = 0; i < threads; ++i)
-        pool.emplace_back([&io] {
+    pool.reserve(session_contexts.size());
+    for (auto* context : session_contexts)
+        pool.emplace_back([context] {
             for (;;) {
                 try {
-                    io.run();
+                    context->run();
                     return;
                 } catch (const std::exception& e) {
                     // Handlers report errors as values; this is a bug, not a reason to die.
@@ -152,10 +164,16 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
     logging::write(logging::level::info, "drained: stopping the store");
     store->stop();
     io.stop();
+    for (auto& w : workers)
+        w->stop();
     for (auto& t : pool)
         t.join();
+    worker_guards.clear();
     io.destroy_pending_work();
+    for (auto& w : workers)
+        w->destroy_pending_work();
     logging::write(logging::level::info, "stopped");
+    logging::flush();
     return 0;
 }
 

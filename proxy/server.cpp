@@ -45,10 +45,11 @@ void log_exception(std::string_view what, std::exception_ptr e, std::string_view
 
 } // namespace
 
-server::server(net::io_context& io, const session_services& services)
-    : io_(io), services_(services), settings_(services.settings), acceptor_(net::make_strand(io)),
-      signals_(io, SIGINT, SIGTERM), deadline_(net::make_strand(io)),
-      registry_(std::make_shared<connection_registry>()) {}
+server::server(net::io_context& io, const session_services& services,
+               std::vector<net::io_context*> session_contexts)
+    : io_(io), session_contexts_(std::move(session_contexts)), services_(services),
+      settings_(services.settings), acceptor_(net::make_strand(io)), signals_(io, SIGINT, SIGTERM),
+      deadline_(net::make_strand(io)), registry_(std::make_shared<connection_registry>()) {}
 
 server::~server() {
     // Sessions still queued in the io_context may outlive the server.
@@ -157,9 +158,16 @@ void server::wait_drained() {
     drained_.get_future().wait();
 }
 
+net::any_io_executor server::next_session_executor() {
+    if (session_contexts_.empty())
+        return net::make_strand(io_);
+    auto* context = session_contexts_[next_context_++ % session_contexts_.size()];
+    return context->get_executor();
+}
+
 net::awaitable<void> server::accept_loop() {
     for (;;) {
-        auto [ec, socket] = co_await acceptor_.async_accept(net::make_strand(io_), use_tuple);
+        auto [ec, socket] = co_await acceptor_.async_accept(next_session_executor(), use_tuple);
         if (ec) {
             if (ec == net::error::operation_aborted || !acceptor_.is_open())
                 co_return;

@@ -1,6 +1,16 @@
 #pragma once
-// The listener: binds, accepts, and gives each connection its own session coroutine on
-// its own strand (Beast's advanced_server_flex_awaitable shape). SIGTERM / SIGINT start
+// The listener: binds, accepts, and gives each connection its own session coroutine.
+//
+// Threading: `io` runs the acceptor, the signals, the drain deadline and the store. Each
+// accepted connection goes, round-robin, to one of `session_contexts`: io_contexts that
+// are each run by exactly one thread, so a session needs no strand (its coroutine, its
+// socket's deadline timer, drain() and close() all run on that one thread) and I/O threads
+// share no locks on the request path. Stores resume their callers on the caller's executor
+// (backends/store.hpp), so a session on any context can use the store. With no
+// session_contexts, every session gets its own strand on `io` (run by any number of
+// threads).
+//
+// SIGTERM / SIGINT start
 // a graceful drain: stop accepting, let in-flight requests finish, close idle
 // keep-alive connections, and force-close whatever is left at the shutdown deadline.
 //
@@ -25,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fk::proxy {
 
@@ -33,7 +44,8 @@ class connection_registry;
 class server {
 public:
     // Everything in `services` must outlive the server and every session it started.
-    server(net::io_context& io, const session_services& services);
+    server(net::io_context& io, const session_services& services,
+           std::vector<net::io_context*> session_contexts = {});
     ~server();
     server(const server&) = delete;
     server& operator=(const server&) = delete;
@@ -57,10 +69,14 @@ public:
 
 private:
     net::awaitable<void> accept_loop();
+    // Where the next accepted connection runs.
+    net::any_io_executor next_session_executor();
     void watch_signals();
     void drained();
 
     net::io_context& io_;
+    std::vector<net::io_context*> session_contexts_;
+    std::size_t next_context_ = 0; // acceptor strand only
     session_services services_;
     const config::settings& settings_;
     net::ip::tcp::acceptor acceptor_;

@@ -5,12 +5,14 @@
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/endpoint.hpp"
+#include "proxy/detail/wire.hpp"
 #include "proxy/error_response.hpp"
 #include "proxy/handlers.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
@@ -24,6 +26,7 @@
 #include <chrono>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 namespace fk::proxy {
 
@@ -321,7 +324,16 @@ net::awaitable<bool> session::send(response& res, route r, time_point started) {
     if (draining_)
         res.keep_alive(false);
     stream_.expires_after(settings_.http.write_timeout);
-    auto [ec, n] = co_await http::async_write(stream_, res, use_tuple);
+    beast::error_code ec;
+    if (detail::plain_framing(res)) {
+        // Head and body in one gathered write; head_ keeps its capacity across requests.
+        head_.clear();
+        detail::append_head(head_, res);
+        const std::array<net::const_buffer, 2> wire{net::buffer(head_), net::buffer(res.body())};
+        std::tie(ec, std::ignore) = co_await net::async_write(stream_, wire, use_tuple);
+    } else {
+        std::tie(ec, std::ignore) = co_await http::async_write(stream_, res, use_tuple);
+    }
     services_.stats.count_request(r, res.result_int(), std::chrono::steady_clock::now() - started);
     if (ec)
         co_return false;

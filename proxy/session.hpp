@@ -1,5 +1,6 @@
 #pragma once
-// One HTTP/1.1 connection: a coroutine on its own strand that reads requests one after
+// One HTTP/1.1 connection: a coroutine on its own executor (a strand, or an io_context run
+// by one thread; see server.hpp) that reads requests one after
 // another (so pipelined requests are answered in order), hands each to handle_request
 // and writes the response. Every read and write has a deadline; a framing error, a
 // limit or a deadline ends only this connection.
@@ -48,7 +49,8 @@ struct session_services {
 
 class session : public std::enable_shared_from_this<session> {
 public:
-    // `socket`'s executor must be a strand: run(), drain() and close() all use it.
+    // `socket`'s executor must serialise its handlers (a strand, or an io_context run by
+    // exactly one thread): run(), drain() and close() all use it.
     // `connection` is the max_connections permit this connection holds until it closes.
     session(net::ip::tcp::socket socket, const session_services& services,
             std::shared_ptr<connection_registry> registry, limiter::permit connection);
@@ -95,7 +97,8 @@ private:
     limiter::permit connection_;
     metrics::gauge_guard open_gauge_;
     std::string peer_;
-    // Strand-only state.
+    std::string head_; // the serialised response head, reused across requests
+    // Only touched on the socket's executor.
     bool idle_ = false;     // waiting for the first byte of a request
     bool draining_ = false; // finish the current request, then close
     bool closed_ = false;

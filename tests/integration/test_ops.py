@@ -24,6 +24,9 @@ from fk import CheckFailed, check, eq, expect_error, expect_status
 
 SHED_RETRY_AFTER = "1"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Log lines reach stderr within ~50 ms (config/logging.hpp); before counting lines, or
+# checking that some are absent, wait this long after the requests that would log them.
+LOG_SETTLE = 0.3
 
 
 # ---------------------------------------------------------------------------
@@ -438,6 +441,7 @@ def test_sighup_rotates_token_and_log_level(store):
     with p.client() as c:
         expect_status(c.put("k", b"1", token=1, headers=old), 201)
         expect_error(c.put("k", b"1", token=1, headers=new), 401, "unauthorized")
+    time.sleep(LOG_SETTLE)
     check(not [o for o in p.log_lines() if o.get("level") == "debug"], "no debug lines yet")
 
     write_token(path, "new-token")
@@ -481,9 +485,11 @@ def test_sighup_rotates_token_and_log_level(store):
             break
         check(time.monotonic() < deadline, "third token never accepted: %r" % r)
         time.sleep(0.05)
+    # The 401s of the polling loop above logged debug lines; let them reach stderr first.
+    time.sleep(LOG_SETTLE)
     ndebug = len([o for o in p.log_lines() if o.get("level") == "debug"])
     expect_status(p.put("k", b"3", token=3, headers={"Authorization": "Bearer third-token"}), 200)
-    time.sleep(0.2)
+    time.sleep(LOG_SETTLE)
     eq(len([o for o in p.log_lines() if o.get("level") == "debug"]), ndebug, "no debug at warn")
     eq(p.stop(), 0, "exit status after reloads")
 

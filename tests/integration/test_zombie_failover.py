@@ -69,6 +69,10 @@ def test_failover(store):
             fk.check(op.result == "ok", "write before the failover: %r %r" % (op, rec.reply(op)))
         _wait(lambda: replica.call("GET", "fence:" + lock) == str(BEFORE).encode(), 10,
               "the replica's counter to reach %d" % BEFORE)
+        # The last release follows its INCR; with a fast write in between it can still be
+        # in flight here, and a cut now would leave the replica holding the lock.
+        _wait(lambda: replica.call("EXISTS", "lock:" + lock) == 0, 10,
+              "the replica to see the last release")
 
         relay.cut()        # from now on the replica hears nothing from the primary
         for _ in range(LOST):

@@ -3,6 +3,11 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
 using namespace fk::logging;
 
 TEST_CASE("level names round-trip") {
@@ -73,4 +78,113 @@ TEST_CASE("write below the level writes nothing and does not throw") {
     CHECK_NOTHROW(write(level::debug, "hidden", nlohmann::json{{"a", 1}}));
     CHECK_NOTHROW(write(level::info, "hidden"));
     set_level(before);
+}
+
+namespace {
+std::string nlohmann_string(std::string_view s) {
+    return nlohmann::json(std::string{s})
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+std::string escaped(std::string_view s) {
+    std::string out;
+    append_json_string(out, s);
+    return out;
+}
+} // namespace
+
+TEST_CASE("append_json_string: the same text as nlohmann's dump with replace") {
+    const std::vector<std::string> cases = {
+        "",
+        "plain",
+        "quote \" backslash \\ slash /",
+        std::string{"nul \0 and \x01\x1f\x7f", 14},
+        "\b\f\n\r\t",
+        "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+        "\xff",
+        "\x80",
+        "\xc3",
+        "\xc3(",
+        "\xe2\x82",
+        "\xe2\x82(",
+        "\xf0\x9f\x98",
+        "\xf0\x9f\x98(x",
+        "\xed\xa0\x80",     // a surrogate
+        "\xc0\xaf",         // overlong
+        "\xe0\x80\xaf",     // overlong
+        "\xf4\x90\x80\x80", // above U+10FFFF
+        "\xf5\x80\x80\x80",
+        "a\xc3\xc3\xa9z",
+    };
+    for (const auto& s : cases) {
+        CAPTURE(s);
+        CHECK(escaped(s) == nlohmann_string(s));
+    }
+    // Every short byte string over an alphabet of interesting bytes.
+    const unsigned char alphabet[] = {'a',  '"',  '\\', 0x00, 0x1f, 0x7f, 0x80, 0x9f, 0xa0,
+                                      0xbf, 0xc2, 0xdf, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xff};
+    constexpr std::size_t n = sizeof alphabet;
+    for (std::size_t len = 1; len <= 4; ++len) {
+        std::size_t total = 1;
+        for (std::size_t k = 0; k < len; ++k)
+            total *= n;
+        for (std::size_t x = 0; x < total; ++x) {
+            std::string s;
+            for (std::size_t k = 0, v = x; k < len; ++k, v /= n)
+                s += static_cast<char>(alphabet[v % n]);
+            if (escaped(s) != nlohmann_string(s)) {
+                CAPTURE(s);
+                CHECK(escaped(s) == nlohmann_string(s));
+                return;
+            }
+        }
+    }
+}
+
+TEST_CASE("format_line with a field list: the same line as with a JSON object") {
+    const std::string_view key = "k\xff\"ey";
+    const auto fast = format_line(level::warn, "rejected stale write",
+                                  {field{"peer", "127.0.0.1:5"}, field{"key", key},
+                                   field{"missing", nullptr}, field{"token", std::int64_t{-7}},
+                                   field{"big", std::int64_t{9223372036854775807}},
+                                   field::optional("opt", std::nullopt)},
+                                  when);
+    const nlohmann::json fields = {{"peer", "127.0.0.1:5"},        {"key", std::string{key}},
+                                   {"missing", nullptr},           {"token", -7},
+                                   {"big", 9223372036854775807LL}, {"opt", nullptr}};
+    // nlohmann's object keeps keys sorted; compare parsed values and the head.
+    const auto slow = format_line(level::warn, "rejected stale write", fields, when);
+    CHECK(nlohmann::json::parse(fast) == nlohmann::json::parse(slow));
+    CHECK(
+        fast.rfind(
+            R"({"ts":"2026-11-29T10:00:00.123Z","level":"warn","msg":"rejected stale write","peer":)",
+            0) == 0);
+}
+
+TEST_CASE("write_fields and write reach stderr, one line each; with the writer thread after "
+          "flush") {
+    SUBCASE("written at once") {}
+    SUBCASE("background writer") {
+        start_writer();
+    }
+    // Redirect fd 2 into a pipe for the duration of the test.
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const int saved = ::dup(2);
+    REQUIRE(::dup2(fds[1], 2) == 2);
+    write_fields(level::warn, "one", {field{"n", std::int64_t{1}}});
+    write(level::warn, "two", nlohmann::json{{"n", 2}});
+    flush();
+    ::dup2(saved, 2);
+    ::close(saved);
+    ::close(fds[1]);
+    std::string got;
+    char buf[4096];
+    for (ssize_t r; (r = ::read(fds[0], buf, sizeof buf)) > 0;)
+        got.append(buf, static_cast<std::size_t>(r));
+    ::close(fds[0]);
+    const auto nl = got.find('\n');
+    REQUIRE(nl != std::string::npos);
+    CHECK(nlohmann::json::parse(got.substr(0, nl))["msg"] == "one");
+    CHECK(nlohmann::json::parse(got.substr(nl + 1, got.size() - nl - 2))["n"] == 2);
+    CHECK(got.back() == '\n');
 }

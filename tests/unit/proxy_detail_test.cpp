@@ -2,15 +2,19 @@
 #include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/request_id.hpp"
 #include "proxy/detail/rfc3339.hpp"
+#include "proxy/detail/wire.hpp"
 
 #include "proxy/handlers.hpp"
 
 #include <doctest/doctest.h>
 
 #include <boost/beast/http/field.hpp>
+#include <boost/beast/http/write.hpp>
 
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 using namespace fk::proxy;
 namespace http = boost::beast::http;
@@ -105,4 +109,43 @@ TEST_CASE("bad header values: our headers keep their error codes") {
     CHECK(classify_bad_header_value("Host: x\r\n\r\nFencing-Lock: a\x01\r\n") ==
           errc::invalid_request);
     CHECK(classify_bad_header_value("") == errc::invalid_request);
+}
+
+TEST_CASE("wire: head + body are the bytes Beast's serializer writes") {
+    auto beast_bytes = [](const response& res) {
+        std::ostringstream os;
+        os << res;
+        return os.str();
+    };
+    auto ours = [](const response& res) {
+        std::string out;
+        detail::append_head(out, res);
+        out += res.body();
+        return out;
+    };
+    std::vector<response> cases;
+    cases.push_back(stale_token_response("lock \"x\"", 3, 5));
+    cases.push_back(make_error_response(fk::errc::unavailable, "busy"));
+    cases.push_back(make_error_response(fk::errc::headers_too_large, ""));
+    response no_content{http::status::no_content, 11};
+    cases.push_back(no_content);
+    response old{http::status::ok, 10};
+    old.set("X-Custom", "v");
+    old.body() = "hello";
+    cases.push_back(old);
+    response reasoned{http::status::ok, 11};
+    reasoned.reason("Fine");
+    cases.push_back(reasoned);
+    for (auto& res : cases) {
+        for (bool keep_alive : {true, false}) {
+            auto copy = res;
+            finish_response(copy, false, copy.version(), keep_alive, "rid-1");
+            CAPTURE(beast_bytes(copy));
+            CHECK(detail::plain_framing(copy));
+            CHECK(ours(copy) == beast_bytes(copy));
+        }
+    }
+    response chunked{http::status::ok, 11};
+    chunked.chunked(true);
+    CHECK_FALSE(detail::plain_framing(chunked));
 }
