@@ -10,6 +10,7 @@
 #   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
 #            --only "P S"   measure only these scenarios (never writes docs/)
+#            --lat-rate R   open-loop latency at R req/s instead of 70% of peak (never writes docs/)
 #
 # Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
 # fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
@@ -37,6 +38,7 @@ docs=auto
 stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
 only="P F S H"
+lat_rate=""
 while (($#)); do
     case "$1" in
         --quick) quick=1 ;;
@@ -48,6 +50,7 @@ while (($#)); do
         --pg-script) pg_script="$2"; shift ;;
         --docs) docs=1 ;;
         --only) only="$2"; docs=0; shift ;;
+        --lat-rate) lat_rate="$2"; docs=0; shift ;;
         --no-docs) docs=0 ;;
         -h|--help) sed -n "2,23p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
@@ -410,7 +413,8 @@ for scen in $only; do
     esac
     p="$(peak "$scen")"
     rate="$(python3 -c "print(round(0.7 * $p, 1))")"
-    log "$scen: open loop at $rate/s (70% of $p/s), $lat_conns connections, ${duration}s"
+    [[ -n $lat_rate ]] && rate=$lat_rate
+    log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s"
     line="$("$openloop" --port "$port" "${args[@]}" --rate "$rate" --duration "$duration" \
         --connections "$lat_conns" --body-bytes "$body_bytes")" || problem "$scen: openloop failed"
     echo "   $line" >&2
