@@ -1,6 +1,7 @@
 #include "backends/postgres/result.hpp"
 
 #include "backends/postgres/sql.hpp"
+#include "config/logging.hpp"
 
 #include <charconv>
 
@@ -77,40 +78,6 @@ template <class R> R server_failure(const result_table& r) {
     if (transient_sqlstate(r.sqlstate))
         return failure<R>(errc::unavailable, "database error " + r.sqlstate + ": " + r.message);
     return failure<R>(errc::internal, "database error " + r.sqlstate + ": " + r.message);
-}
-
-void append_json_string(std::string& out, std::string_view s) {
-    static constexpr char hex[] = "0123456789abcdef";
-    out += '"';
-    for (char ch : s) {
-        const auto c = static_cast<unsigned char>(ch);
-        switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\r':
-            out += "\\r";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        default:
-            if (c < 0x20 || c == 0x7f) {
-                out += "\\u00";
-                out += hex[c >> 4];
-                out += hex[c & 0xF];
-            } else {
-                out += ch;
-            }
-        }
-    }
-    out += '"';
 }
 
 // RFC 8259 number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
@@ -445,7 +412,7 @@ std::string rows_to_json(const result_table& t) {
         for (std::size_t c = 0; c < t.columns.size(); ++c) {
             if (c)
                 out += ',';
-            append_json_string(out, t.columns[c].name);
+            logging::append_json_string(out, t.columns[c].name);
             out += ':';
             const auto* v = cell(t, i, c);
             if (!v || !*v) {
@@ -464,7 +431,7 @@ std::string rows_to_json(const result_table& t) {
                 if (is_json_number(s))
                     out += s;
                 else
-                    append_json_string(out, s);
+                    logging::append_json_string(out, s);
                 break;
             case oid_bool:
                 out += s == "t" ? "true" : "false";
@@ -474,7 +441,7 @@ std::string rows_to_json(const result_table& t) {
                 out += s;
                 break;
             default:
-                append_json_string(out, s);
+                logging::append_json_string(out, s);
             }
         }
         out += '}';
