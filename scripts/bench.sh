@@ -21,7 +21,9 @@
 #   H  GET /healthz                          vs nginx `return 204`
 # Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
-# after 1M distinct locks. Everything it starts is stopped on exit.
+# after 1M distinct locks, and for P the CPU Postgres spends per write on either side.
+# Everything it starts is stopped on exit. FK_BENCH_PG_EXTRA="-c name=value ..." adds
+# Postgres settings for an experiment (the report's Postgres line shows them).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -192,7 +194,11 @@ chown -R postgres:postgres "$pg_dir"
 # Durable defaults (fsync, synchronous_commit, full_page_writes on); more room than the
 # defaults so that neither side waits on a checkpoint or a connection slot.
 pg_settings="-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir/sock -c max_connections=400"
-pg_settings+=" -c shared_buffers=256MB -c max_wal_size=4GB -c checkpoint_timeout=30min"
+# max_wal_size is above what a whole run writes (about 5 GB), so no checkpoint starts in
+# the middle of a measurement; min_wal_size makes the CHECKPOINT before the latency runs
+# recycle the segments written so far (see there).
+pg_settings+=" -c shared_buffers=256MB -c max_wal_size=16GB -c min_wal_size=8GB -c checkpoint_timeout=60min"
+pg_settings+=" ${FK_BENCH_PG_EXTRA:-}"
 log "starting Postgres on 127.0.0.1:$pg_port"
 runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 \
     >"$pg_dir/initdb.log" 2>&1 || { cat "$pg_dir/initdb.log" >&2; exit 1; }
@@ -266,6 +272,16 @@ clk_tck="$(getconf CLK_TCK)"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 wrk_threads() { (($1 < 2)) && echo 1 || echo 2; }
+# All of Postgres's CPU so far: its live processes, plus what the postmaster has reaped from
+# backends that exited (their CPU moves to its cutime/cstime).
+pg_cpu_ticks() {
+    local pm
+    pm="$(head -n 1 "$pg_data/postmaster.pid")"
+    # shellcheck disable=SC2046
+    { cat "/proc/$pm/stat" $(pgrep -P "$pm" | sed 's|.*|/proc/&/stat|') 2>/dev/null || true; } \
+        | awk -v pm="$pm" '{ t += $14 + $15; if ($1 == pm) t += $16 + $17 } END { print t + 0 }'
+}
+us_per() { python3 -c "print(f'{($2 - $1) * 1e6 / $clk_tck / max($3, 1):.1f}')"; }   # T0 T1 N
 
 # run_wrk URL CLIENTS [LUA ARGS...] -> "rps requests non2xx errors"
 run_wrk() {
@@ -284,8 +300,8 @@ run_wrk() {
 }
 
 tsv="$results/results.tsv"
-printf 'scenario\tclients\tround\tside\trate\tcpu_us_per_req\n' >"$tsv"
-record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; }
+printf 'scenario\tclients\tround\tside\trate\tcpu_us_per_req\tdb_cpu_us_per_req\n' >"$tsv"
+record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "${7:-}" >>"$tsv"; }
 problems="$results/problems.txt"
 : >"$problems"
 problem() { echo "$*" >>"$problems"; log "WARNING: $*"; }
@@ -296,35 +312,46 @@ fk_side() {
     local t0 t1 rps req non2xx errs
     local path=/
     [[ $scen == H ]] && path=/healthz
+    local d0=0 d1=0
+    [[ $scen == P ]] && d0="$(pg_cpu_ticks)"
     t0="$(cpu_ticks "$pid")"
     read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port$path" "$c" "$@")
     t1="$(cpu_ticks "$pid")"
+    [[ $scen == P ]] && d1="$(pg_cpu_ticks)"
     case $expect in
         2xx) ((non2xx == 0)) || problem "$scen c=$c round $r: $non2xx of $req fencekeeper answers were not 2xx" ;;
         409) ((non2xx == req)) || problem "$scen c=$c round $r: only $non2xx of $req fencekeeper answers were non-2xx (expected all 409)" ;;
     esac
     ((errs == 0)) || problem "$scen c=$c round $r: $errs socket errors against fencekeeper"
-    local cpu
-    cpu="$(python3 -c "print(f'{($t1 - $t0) * 1e6 / $clk_tck / max($req, 1):.1f}')")"
-    record "$scen" "$c" "$r" fencekeeper "$rps" "$cpu"
-    printf '   %s c=%-3s round %s  fencekeeper %10.1f/s  (%s CPU-us/req)\n' "$scen" "$c" "$r" "$rps" "$cpu" >&2
+    local cpu db="" dbtxt=""
+    cpu="$(us_per "$t0" "$t1" "$req")"
+    if [[ $scen == P ]]; then
+        db="$(us_per "$d0" "$d1" "$req")"
+        dbtxt=", Postgres $db CPU-us/write"
+    fi
+    record "$scen" "$c" "$r" fencekeeper "$rps" "$cpu" "$db"
+    printf '   %s c=%-3s round %s  fencekeeper %10.1f/s  (%s CPU-us/req%s)\n' "$scen" "$c" "$r" "$rps" "$cpu" "$dbtxt" >&2
 }
 
-baseline_side() {   # SCEN CLIENTS ROUND NAME RATE
-    record "$1" "$2" "$3" baseline "$5" ""
-    printf '   %s c=%-3s round %s  %-11s %10.1f/s\n' "$1" "$2" "$3" "$4" "$5" >&2
+baseline_side() {   # SCEN CLIENTS ROUND NAME RATE [POSTGRES-CPU-US-PER-TX]
+    record "$1" "$2" "$3" baseline "$5" "" "${6:-}"
+    printf '   %s c=%-3s round %s  %-11s %10.1f/s%s\n' "$1" "$2" "$3" "$4" "$5" \
+        "${6:+  (Postgres $6 CPU-us/tx)}" >&2
 }
 
 pgbench_side() {   # CLIENTS ROUND
-    local c=$1 r=$2 out tps
+    local c=$1 r=$2 out tps n d0 d1
+    d0="$(pg_cpu_ticks)"
     out="$(PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres "$pg_bin/pgbench" -n -M prepared \
         -c "$c" -j "$(wrk_threads "$c")" -T "$duration" \
         -D body="$(printf 'x%.0s' $(seq "$body_bytes"))" -D content_type=application/octet-stream \
         -f "$pg_script" fkbench 2>&1)" || { echo "$out" >&2; problem "P c=$c round $r: pgbench failed"; }
+    d1="$(pg_cpu_ticks)"
     echo "$out" >>"$results/pgbench.log"
     tps="$(awk '/^tps = / {print $3; exit}' <<<"$out")"
+    n="$(awk -F': *' '/number of transactions actually processed/ {print $2 + 0; exit}' <<<"$out")"
     grep -q 'number of failed transactions: [1-9]' <<<"$out" && problem "P c=$c round $r: pgbench had failed transactions"
-    baseline_side P "$c" "$r" pgbench "${tps:-0}"
+    baseline_side P "$c" "$r" pgbench "${tps:-0}" "$(us_per "$d0" "$d1" "${n:-0}")"
 }
 
 durable_side() {   # CLIENTS ROUND
@@ -414,9 +441,26 @@ for scen in $only; do
     p="$(peak "$scen")"
     rate="$(python3 -c "print(round(0.7 * $p, 1))")"
     [[ -n $lat_rate ]] && rate=$lat_rate
+    if [[ $scen == P ]]; then
+        # A freshly initdb'd cluster has no spare WAL segments: every 16 MiB of WAL, the
+        # commit that crosses into a new segment first has it zero-filled and fsynced while
+        # holding the WAL write lock, and every commit waits 50-100 ms behind it (on this
+        # VM). A database that has run for a while recycles old segments at each
+        # checkpoint instead; this checkpoint gives the latency run that steady state.
+        log "P: CHECKPOINT (recycles the WAL segments written so far)"
+        psql_ -d postgres -c CHECKPOINT
+    fi
     log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s"
+    pid_var="fk_pid_$(case $scen in P) echo pg ;; F) echo file ;; S) echo stale ;; H) echo health ;; esac)"
+    d0="$(pg_cpu_ticks)"
+    t0="$(cpu_ticks "${!pid_var}")"
     line="$("$openloop" --port "$port" "${args[@]}" --rate "$rate" --duration "$duration" \
         --connections "$lat_conns" --body-bytes "$body_bytes")" || problem "$scen: openloop failed"
+    t1="$(cpu_ticks "${!pid_var}")"
+    d1="$(pg_cpu_ticks)"
+    n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
+    line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
+    [[ $scen == [PS] ]] && line+=" db_cpu_us_per_req=$(us_per "$d0" "$d1" "${n:-0}")"
     echo "   $line" >&2
     printf '%s\t%s\t%s\n' "$scen" "$rate" "$line" >>"$lat"
 done

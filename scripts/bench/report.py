@@ -78,7 +78,8 @@ data = {}
 for r in rows:
     d = data.setdefault(r["scenario"], {}).setdefault(int(r["clients"]), {}).setdefault(
         r["round"], {})
-    d[r["side"]] = (float(r["rate"] or 0), float(r["cpu_us_per_req"]) if r["cpu_us_per_req"] else None)
+    d[r["side"]] = (float(r["rate"] or 0), float(r["cpu_us_per_req"]) if r["cpu_us_per_req"] else None,
+                    float(r["db_cpu_us_per_req"]) if r.get("db_cpu_us_per_req") else None)
 
 summary = []  # (scen, clients, fk, base, ratio, lo, hi, cpu, tgt)
 verdicts = []
@@ -113,11 +114,28 @@ for scen, c, fk, base, ratio, lo, hi, cpu, tgt in summary:
         f"{cpu if cpu is not None else '—'} |")
 throughput_table = "\n".join(lines)
 
+
+def median_of(vals):
+    vals = [v for v in vals if v is not None]
+    return f"{statistics.median(vals):.1f}" if vals else "—"
+
+
+lines = []
+out = lines.append
+out("| clients | Postgres CPU-µs per fencekeeper write | Postgres CPU-µs per pgbench transaction | fencekeeper's own CPU-µs per write |")
+out("|---:|---:|---:|---:|")
+for c in sorted(data.get("P", {})):
+    rounds = data["P"][c].values()
+    out(f"| {c} | {median_of(v['fencekeeper'][2] for v in rounds if 'fencekeeper' in v)} | "
+        f"{median_of(v['baseline'][2] for v in rounds if 'baseline' in v)} | "
+        f"{median_of(v['fencekeeper'][1] for v in rounds if 'fencekeeper' in v)} |")
+db_table = "\n".join(lines) if data.get("P") else "(P not measured)"
+
 hwm_of = {"P": "hwm_pg", "F": "hwm_file", "S": "hwm_stale", "H": "hwm_health"}
 lines = []
 out = lines.append
-out("| id | offered rate (70% of peak) | achieved | p50 | p90 | p99 | p99.9 | max | late/unanswered | target | | fencekeeper peak RSS |")
-out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+out("| id | offered rate (70% of peak) | achieved | p50 | p90 | p99 | p99.9 | max | late/unanswered | target | | fencekeeper peak RSS | fencekeeper CPU-µs/req | Postgres CPU-µs/req |")
+out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
 for row in lat:
     f = dict(kv_.split("=", 1) for kv_ in row["line"].split() if "=" in kv_)
     p99 = float(f.get("p99_ms", "nan"))
@@ -133,7 +151,8 @@ for row in lat:
     out(f"| {row['scenario']} | {float(row['target_rps']):,.0f}/s | "
         f"{float(f.get('achieved_rps', 0)):,.0f}/s{note} | {f.get('p50_ms')} ms | "
         f"{f.get('p90_ms')} ms | {f.get('p99_ms')} ms | {f.get('p999_ms')} ms | "
-        f"{f.get('max_ms')} ms | {f.get('incomplete')} | {t} | {v} | {hwm_txt} |")
+        f"{f.get('max_ms')} ms | {f.get('incomplete')} | {t} | {v} | {hwm_txt} | "
+        f"{f.get('fk_cpu_us_per_req', '—')} | {f.get('db_cpu_us_per_req', '—')} |")
 latency_table = "\n".join(lines)
 
 memory_text = "(not measured: --mem-locks 0)"
@@ -252,6 +271,13 @@ Rerun with one command (root, Debian 12; installs what is missing):
 CPU-µs/req is fencekeeper's own process only (utime+stime from `/proc/PID/stat` across
 the measurement ÷ requests; Postgres's CPU is not in it); median over rounds.
 
+Where P's CPU goes, medians over rounds. "Postgres CPU" is every Postgres process's
+utime+stime across the measurement (backends that exited included, through the
+postmaster's reaped-children times) ÷ writes or transactions; both sides share one server,
+so it also holds that server's background work (WAL writer, checkpointer, autovacuum).
+
+{db_table}
+
 ![throughput vs client connections](bench-throughput.png)
 
 ## Latency at 70% of peak (open loop), peak RSS
@@ -263,7 +289,20 @@ counts above, sent by `scripts/bench/openloop.cpp` at a fixed schedule over 128
 connections for {meta.get('duration')} s. Latency runs from each request's *scheduled* send
 time, so a stall also counts against the requests queued behind it (no coordinated
 omission). Peak RSS is the `VmHWM` of the fencekeeper process that served the scenario, at
-the end of the run.
+the end of the run. CPU-µs/req columns are measured across the open-loop run the same way
+as above.
+
+Just before P's open-loop run the bench issues a `CHECKPOINT`, which recycles the WAL
+segments written so far (`min_wal_size` is large enough to keep them all). A freshly
+initialised cluster has no spare segments, so without it every 16 MiB of WAL the commit
+that crosses into a new segment first has the file zero-filled and fsynced while holding
+the WAL write lock, and every commit waits behind it: on this VM that is a 50–100 ms stall
+about every second at these rates, which is the young cluster's cost, not fencekeeper's.
+A database that has been running recycles segments at each checkpoint. (Single runs of
+`--only P --clients "32 128" --rounds 1` before the `batch_concurrency` change: p99 144 ms
+at 16.5k writes/s without the checkpoint, 20 ms at 14.7k/s with it; with
+`FK_BENCH_PG_EXTRA="-c wal_init_zero=off"` instead, 19 ms at 10.2k/s against 51 ms at
+10.6k/s for the default.)
 
 Read these with the load line above in mind. The offered rate is 70% of the *best* median
 seen during the rounds, and it is sent minutes later, while other jobs may hold the cores;
@@ -317,6 +356,8 @@ with open(md_path, "w") as f:
 
 print()
 print(throughput_table)
+print()
+print(db_table)
 print()
 print(latency_table)
 print()
