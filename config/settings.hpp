@@ -33,7 +33,8 @@ struct postgres_settings {
     millis connect_timeout{5'000};
     millis statement_timeout{5'000};        // server side and our own timer
     std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
-    std::size_t batch_max = 64; // writes per group-commit statement; 1 = one statement each
+    std::size_t batch_max = 64;        // writes per group-commit statement; 1 = one statement each
+    std::size_t batch_concurrency = 2; // group-commit batches in flight at once
 };
 
 struct operation {

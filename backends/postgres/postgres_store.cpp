@@ -125,7 +125,8 @@ public:
           // network or a stuck server.
           query_timeout_(s.postgres.statement_timeout + millis(1000)),
           statements_(pg::sql::prepared_statements(s.postgres.schema)),
-          batches_(s.postgres.batch_max), queue_limit_(s.postgres.queue_limit) {
+          batches_(s.postgres.batch_max), queue_limit_(s.postgres.queue_limit),
+          max_batch_runners_(s.postgres.batch_concurrency) {
         std::size_t i = 0;
         for (const auto& [name, op] : s.operations) {
             auto e = std::make_unique<op_entry>();
@@ -291,11 +292,14 @@ private:
 
     static void finish(const job_ptr& j, write_result r) { j->answer(std::move(r)); }
 
-    // At most one runner waits for a connection at a time: while it waits, writes pile up
-    // for it (that is what makes batches grow under load); runners that hold a connection
-    // keep taking batches from the queue.
+    // At most one runner waits for a connection at a time, and at most batch_concurrency
+    // runners hold one: while they are busy, writes pile up for the next batch (that is
+    // what makes batches grow under load); a runner that holds a connection keeps taking
+    // batches from the queue. Fewer, larger batches cost the database less per write, and
+    // two in flight already overlap one batch's WAL flush with the next one's execution.
     void spawn_runner_if_needed() {
-        if (stopped() || runner_waiting_ || !batches_.has_ready())
+        if (stopped() || runner_waiting_ || !batches_.has_ready() ||
+            batch_runners_ >= max_batch_runners_)
             return;
         runner_waiting_ = true;
         net::co_spawn(pool_strand_, batch_runner(), net::detached);
@@ -312,6 +316,7 @@ private:
                 finish(j, unavailable<write_result>("database unavailable: " + a.why));
             co_return;
         }
+        ++batch_runners_;
         for (;;) {
             auto batch = batches_.take();
             if (batch.empty())
@@ -346,6 +351,7 @@ private:
                 break;
         }
         on_release(std::move(a.conn));
+        --batch_runners_;
         spawn_runner_if_needed();
     }
 
@@ -624,8 +630,10 @@ private:
     std::set<conn_ptr> connecting_;                               // pool strand only
     pg::detail::batch_queue<job_ptr> batches_;                    // pool strand only
     std::size_t queue_limit_;
-    bool runner_waiting_ = false; // pool strand only
-    bool sweeping_ = false;       // pool strand only
+    bool runner_waiting_ = false;   // pool strand only
+    std::size_t batch_runners_ = 0; // pool strand only
+    std::size_t max_batch_runners_; // postgres.batch_concurrency
+    bool sweeping_ = false;         // pool strand only
 };
 
 class postgres_store final : public store {

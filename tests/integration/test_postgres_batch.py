@@ -11,7 +11,10 @@ left behind, and fewer transactions than writes (proof that batches formed).
 Needs FK_TEST_PG_URL (exit 77 = skipped without it, unless FK_REQUIRE_SERVICES=1).
 """
 
+import shutil
+import subprocess
 import threading
+import time
 
 import fk
 from fk import check, eq, expect_error, expect_status
@@ -178,6 +181,77 @@ def test_same_lock_writes_queue_behind_each_other():
         g = c.get("one/key")
         eq((g.status, g.body, g.header("Fencing-Token")), (200, b"t48", "48"), "highest wins")
         eq(c.fence("one/lock").json()["token"], 48, "fence")
+
+
+def hold_fence_row(schema, lock):
+    """Opens a psql session that holds lock's fence row (FOR UPDATE) until released."""
+    exe = shutil.which("psql")
+    if not exe:
+        raise fk.Skip("psql not available")
+    proc = subprocess.Popen([exe, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", PG_URL],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    proc.stdin.write("BEGIN;\nSELECT 'held' FROM %s.fences WHERE lock = '%s' FOR UPDATE;\n"
+                     % (schema, lock))
+    proc.stdin.flush()
+    eq(proc.stdout.readline().strip(), "held", "the test session holds %s's fence row" % lock)
+    return proc
+
+
+def release(proc):
+    proc.stdin.write("ROLLBACK;\n")
+    proc.stdin.close()
+    proc.wait(30)
+
+
+def test_batch_concurrency_bounds_the_batches_in_flight():
+    """postgres.batch_concurrency is how many batches one proxy has in the database at
+    once. A batch stuck on a row lock (held here by a psql session) holds one of them: with
+    1, a write to an unrelated lock waits behind it; with 2, it is written meanwhile."""
+    for limit in (1, 2):
+        store = fk.pg_store()
+        p = store.start(config={"postgres": {"batch_concurrency": limit,
+                                             "statement_timeout_ms": 30000}})
+        p.wait_ready()
+        with p.client() as c:
+            for name in ("a", "b"):
+                expect_status(c.put("bc/" + name, b"v1", token=1, lock="bc/L" + name), 201,
+                              "create %s" % name)
+        results = {}
+
+        def put(name):
+            with p.client() as c:
+                results[name] = c.put("bc/" + name, b"v2", token=2, lock="bc/L" + name)
+
+        holder = hold_fence_row(store.schema, "bc/La")
+        ta = threading.Thread(target=put, args=("a",))
+        tb = threading.Thread(target=put, args=("b",))
+        try:
+            ta.start()
+            # a's batch is in the database, waiting for the fence row.
+            deadline = time.monotonic() + 20
+            while int(fk.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                              "'Lock' AND query LIKE '%%%s%%'" % store.schema)) < 1:
+                check(time.monotonic() < deadline, "a's write never waited for the row lock")
+                time.sleep(0.05)
+            tb.start()
+            if limit == 1:
+                tb.join(1.5)
+                check(tb.is_alive(), "batch_concurrency 1: b waits behind a's batch")
+            else:
+                tb.join(20)
+                check(not tb.is_alive(), "batch_concurrency 2: b is written while a waits")
+                expect_status(results["b"], 200, "b written while a's batch waits")
+                check(ta.is_alive(), "a still waits for the row lock")
+        finally:
+            release(holder)
+        ta.join(30)
+        tb.join(30)
+        expect_status(results["a"], 200, "a, once the row lock is released")
+        expect_status(results["b"], 200, "b")
+        with p.client() as c:
+            eq(c.get("bc/a").body, b"v2", "a's body")
+            eq(c.get("bc/b").body, b"v2", "b's body")
 
 
 if __name__ == "__main__":

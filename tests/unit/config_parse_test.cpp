@@ -251,7 +251,8 @@ TEST_CASE("apply_json: every key") {
             "connect_timeout_ms": 100,
             "statement_timeout_ms": 200,
             "fence_cache_size": 10,
-            "batch_max": 1
+            "batch_max": 1,
+            "batch_concurrency": 7
         },
         "operations": {
             "credit": {"sql": "UPDATE accounts SET balance = balance + $1 WHERE id = $2"},
@@ -278,6 +279,7 @@ TEST_CASE("apply_json: every key") {
     CHECK(s.postgres.statement_timeout == 200ms);
     CHECK(s.postgres.fence_cache_size == 10);
     CHECK(s.postgres.batch_max == 1);
+    CHECK(s.postgres.batch_concurrency == 7);
     REQUIRE(s.operations.size() == 2);
     CHECK(s.operations.at("credit").sql ==
           "UPDATE accounts SET balance = balance + $1 WHERE id = $2");
@@ -350,6 +352,7 @@ TEST_CASE("apply_json: ranges") {
         {"statement_timeout_ms", "postgres", 1, 3600000},
         {"fence_cache_size", "postgres", 1, 10000000},
         {"batch_max", "postgres", 1, 1024},
+        {"batch_concurrency", "postgres", 1, 1024},
     };
     for (const auto& c : cases) {
         const std::string section = c.section;

@@ -14,9 +14,9 @@
 //    caused that) travels by itself;
 //  - a retried write goes back to the front, ahead of later writes of its lock.
 //
-// Batch size adapts to load by itself: the store takes a batch whenever it has a free
-// connection, so an idle store sends each write at once, and while every connection is
-// busy writes accumulate here until the next one frees up.
+// Batch size adapts to load by itself: the store takes a batch whenever fewer than
+// `batch_concurrency` of its batches are running, so an idle store sends each write at
+// once, and while that many are running writes accumulate here until one finishes.
 //
 // Entry is pointer-like: e->key and e->lock (string-like, stable while queued or in
 // flight) and e->alone (bool).
