@@ -23,7 +23,8 @@
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
 # after 1M distinct locks, and for P the CPU Postgres spends per write on either side.
 # Everything it starts is stopped on exit. FK_BENCH_PG_EXTRA="-c name=value ..." adds
-# Postgres settings for an experiment (the report's Postgres line shows them).
+# Postgres settings for an experiment (the report's Postgres line shows them), and
+# FK_BENCH_FK_ARGS="--flag value ..." flags for P's fencekeeper.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -233,7 +234,8 @@ start_fk() {
 
 log "starting fencekeepers"
 mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
-start_fk pg --store "$pg_url"                    # P
+# shellcheck disable=SC2086  # FK_BENCH_FK_ARGS: extra flags for P's fencekeeper (experiments)
+start_fk pg --store "$pg_url" ${FK_BENCH_FK_ARGS:-}  # P
 start_fk stale --store "$pg_url"                 # S (own process: its own RSS and cache)
 start_fk file --store "file:$tmp/filestore"      # F
 start_fk health --store "file:$tmp/healthstore"  # H
