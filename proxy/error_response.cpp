@@ -131,6 +131,25 @@ response make_error_response(errc code, std::string message) {
     return make_error_response(error_reply{code, std::move(message), nlohmann::json::object(), {}});
 }
 
+response applied_put_response(bool created, std::string_view key, std::string_view lock,
+                              fence::token_t token, std::int64_t version) {
+    response res{created ? http::status::created : http::status::ok, 11};
+    res.set(http::field::content_type, "application/json");
+    std::string& body = res.body();
+    body.reserve(64 + key.size() + lock.size());
+    char num[24];
+    body += R"({"key":)";
+    logging::append_json_string(body, key);
+    body += R"(,"lock":)";
+    logging::append_json_string(body, lock);
+    body += R"(,"token":)";
+    body.append(num, std::to_chars(num, num + sizeof num, token).ptr);
+    body += R"(,"version":)";
+    body.append(num, std::to_chars(num, num + sizeof num, version).ptr);
+    body += '}';
+    return res;
+}
+
 // The hot rejection (every stale write answered from the fence cache), so the body is
 // written directly: the same bytes as make_error_response would produce (members in
 // nlohmann's sorted order), without building a JSON tree.

@@ -12,6 +12,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -45,5 +46,10 @@ std::string dump_json(const nlohmann::json& j);
 
 // A 2xx/404/503 JSON reply: status, Content-Type: application/json, the body.
 response json_response(http::status status, const nlohmann::json& body);
+
+// The 200/201 reply to an applied PUT (every accepted write), written without a JSON tree:
+// the same bytes as json_response with {key, lock, token, version}.
+response applied_put_response(bool created, std::string_view key, std::string_view lock,
+                              fence::token_t token, std::int64_t version);
 
 } // namespace fk::proxy

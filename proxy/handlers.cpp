@@ -287,9 +287,7 @@ net::awaitable<response> put_resource(call c) {
         co_return write_failure(c, r, c.match.name, lock, token);
 
     log_applied(c, c.match.name, lock, r.token);
-    auto res = json_response(
-        r.created ? http::status::created : http::status::ok,
-        {{"key", c.match.name}, {"lock", lock}, {"token", r.token}, {"version", r.version}});
+    auto res = applied_put_response(r.created, c.match.name, lock, r.token, r.version);
     res.set(http::field::etag, etag(r.version));
     co_return res;
 }

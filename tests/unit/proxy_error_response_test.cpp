@@ -116,3 +116,29 @@ TEST_CASE("errors: invalid UTF-8 in a message does not throw") {
     auto res = make_error_response(errc::invalid_token, "bad '\xff\xfe'");
     CHECK(body_of(res)["error"] == "invalid_token");
 }
+
+TEST_CASE("applied_put_response: the bytes json_response writes for {key, lock, token, version}") {
+    const std::string names[] = {"",
+                                 "k",
+                                 "a/b c.d-e_f",
+                                 "quote\"back\\slash",
+                                 std::string("ctl\x01\x1f\x7f\n\t", 8),
+                                 "\xc3\xbcnicode \xe2\x80\xa8 \xf0\x9f\x94\x92",
+                                 "bad \xff\xfe utf-8 \xc3",
+                                 std::string(300, 'x')};
+    const std::int64_t numbers[] = {0, 1, 42, 9223372036854775807LL};
+    for (const auto& key : names)
+        for (const auto& lock : {std::string("L"), key})
+            for (auto n : numbers)
+                for (bool created : {true, false}) {
+                    CAPTURE(key);
+                    CAPTURE(n);
+                    const auto status = created ? http::status::created : http::status::ok;
+                    const auto want = json_response(
+                        status, {{"key", key}, {"lock", lock}, {"token", n}, {"version", n + 0}});
+                    const auto got = applied_put_response(created, key, lock, n, n);
+                    CHECK(got.result() == want.result());
+                    CHECK(got[http::field::content_type] == want[http::field::content_type]);
+                    CHECK(got.body() == want.body());
+                }
+}
