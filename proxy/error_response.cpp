@@ -93,9 +93,23 @@ std::string dump_json(const nlohmann::json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-response json_response(http::status status, const nlohmann::json& body) {
+namespace {
+
+response json_reply(http::status status) {
     response res{status, 11};
     res.set(http::field::content_type, "application/json");
+    return res;
+}
+
+void append_int(std::string& out, std::int64_t v) {
+    char buf[24];
+    out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+
+} // namespace
+
+response json_response(http::status status, const nlohmann::json& body) {
+    response res = json_reply(status);
     res.body() = dump_json(body);
     return res;
 }
@@ -133,19 +147,17 @@ response make_error_response(errc code, std::string message) {
 
 response applied_put_response(bool created, std::string_view key, std::string_view lock,
                               fence::token_t token, std::int64_t version) {
-    response res{created ? http::status::created : http::status::ok, 11};
-    res.set(http::field::content_type, "application/json");
+    response res = json_reply(created ? http::status::created : http::status::ok);
     std::string& body = res.body();
     body.reserve(64 + key.size() + lock.size());
-    char num[24];
     body += R"({"key":)";
     logging::append_json_string(body, key);
     body += R"(,"lock":)";
     logging::append_json_string(body, lock);
     body += R"(,"token":)";
-    body.append(num, std::to_chars(num, num + sizeof num, token).ptr);
+    append_int(body, token);
     body += R"(,"version":)";
-    body.append(num, std::to_chars(num, num + sizeof num, version).ptr);
+    append_int(body, version);
     body += '}';
     return res;
 }
@@ -155,35 +167,26 @@ response applied_put_response(bool created, std::string_view key, std::string_vi
 // nlohmann's sorted order), without building a JSON tree.
 response stale_token_response(std::string_view lock, fence::token_t token,
                               fence::token_t current_token) {
-    char token_text[24];
-    char current_text[24];
-    const auto token_end = std::to_chars(token_text, token_text + sizeof token_text, token).ptr;
-    const auto current_end =
-        std::to_chars(current_text, current_text + sizeof current_text, current_token).ptr;
-    const std::string_view t{token_text, static_cast<std::size_t>(token_end - token_text)};
-    const std::string_view ct{current_text, static_cast<std::size_t>(current_end - current_text)};
-
-    response res{http::status::conflict, 11};
-    res.set(http::field::content_type, "application/json");
+    response res = json_reply(http::status::conflict);
     std::string& body = res.body();
     body.reserve(160 + 2 * lock.size());
     body += R"({"current_token":)";
-    body += ct;
+    append_int(body, current_token);
     body += R"(,"error":"stale_token","lock":)";
     logging::append_json_string(body, lock);
     body += R"(,"message":)";
     std::string message;
     message.reserve(80 + lock.size());
     message += "fencing token ";
-    message += t;
+    append_int(message, token);
     message += " is below the fence ";
-    message += ct;
+    append_int(message, current_token);
     message += " of lock '";
     message += lock;
     message += "'; nothing was written";
     logging::append_json_string(body, message);
     body += R"(,"token":)";
-    body += t;
+    append_int(body, token);
     body += '}';
     return res;
 }
