@@ -435,10 +435,10 @@ EOF
 lat_conns=128
 for scen in $only; do
     case $scen in
-        P) port=$fk_port_pg; args=(--mode put --tag "lp") ;;
-        F) port=$fk_port_file; args=(--mode put --tag "lf") ;;
-        S) port=$fk_port_stale; args=(--mode cycle --tag s --keys "$stale_keys" --token 1) ;;
-        H) port=$fk_port_health; args=(--mode health) ;;
+        P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put --tag "lp") ;;
+        F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put --tag "lf") ;;
+        S) port=$fk_port_stale; lat_pid=$fk_pid_stale; args=(--mode cycle --tag s --keys "$stale_keys" --token 1) ;;
+        H) port=$fk_port_health; lat_pid=$fk_pid_health; args=(--mode health) ;;
     esac
     p="$(peak "$scen")"
     rate="$(python3 -c "print(round(0.7 * $p, 1))")"
@@ -453,12 +453,11 @@ for scen in $only; do
         psql_ -d postgres -c CHECKPOINT
     fi
     log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s"
-    pid_var="fk_pid_$(case $scen in P) echo pg ;; F) echo file ;; S) echo stale ;; H) echo health ;; esac)"
     d0="$(pg_cpu_ticks)"
-    t0="$(cpu_ticks "${!pid_var}")"
+    t0="$(cpu_ticks "$lat_pid")"
     line="$("$openloop" --port "$port" "${args[@]}" --rate "$rate" --duration "$duration" \
         --connections "$lat_conns" --body-bytes "$body_bytes")" || problem "$scen: openloop failed"
-    t1="$(cpu_ticks "${!pid_var}")"
+    t1="$(cpu_ticks "$lat_pid")"
     d1="$(pg_cpu_ticks)"
     n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
     line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
