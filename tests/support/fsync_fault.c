@@ -112,6 +112,7 @@ static void* next_symbol(const char* name) {
 
 typedef int (*fsync_t)(int);
 typedef int (*fdatasync_t)(int);
+typedef int (*syncfs_t)(int);
 typedef ssize_t (*write_t)(int, const void*, size_t);
 typedef ssize_t (*pwrite_t)(int, const void*, size_t, off_t);
 typedef ssize_t (*pwrite64_t)(int, const void*, size_t, off64_t);
@@ -177,6 +178,17 @@ int fdatasync(int fd) {
         return -1;
     }
     return fdatasync_fn(fd);
+}
+
+/* syncfs(fd) counts like an fsync of the file behind fd (the store passes a directory). */
+int syncfs(int fd) {
+    REAL(syncfs);
+    int e = fsync_fault(fd, "syncfs");
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return syncfs_fn(fd);
 }
 
 /* How many of `count` bytes may be written to fd: count (no fault), fewer (the write

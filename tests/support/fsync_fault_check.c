@@ -39,7 +39,7 @@ static int open_file(const char* dir, const char* name) {
 static void passthrough(const char* dir) {
     int fd = open_file(dir, "plain");
     for (int i = 0; i < 5; ++i)
-        EXPECT(fsync(fd) == 0 && fdatasync(fd) == 0);
+        EXPECT(fsync(fd) == 0 && fdatasync(fd) == 0 && syncfs(fd) == 0);
     EXPECT(write(fd, "hello", 5) == 5);
     close(fd);
 }
@@ -54,7 +54,9 @@ static void fail_after(const char* dir) { /* FK_FSYNC_FAIL_AFTER=2 */
     EXPECT(fdatasync(fd) == -1 && errno == EIO);
     errno = 0;
     EXPECT(fsync(fd) == -1 && errno == EIO); /* stays failed */
-    EXPECT(write(fd, "x", 1) == 1);          /* writes are not affected */
+    errno = 0;
+    EXPECT(syncfs(fd) == -1 && errno == EIO);
+    EXPECT(write(fd, "x", 1) == 1); /* writes are not affected */
     close(fd);
 }
 
@@ -66,7 +68,10 @@ static void fail_path(const char* dir) { /* FK_FSYNC_FAIL_PATH=victim FK_FSYNC_F
     EXPECT(fsync(other) == 0);
     errno = 0;
     EXPECT(fsync(victim) == -1 && errno == EIO);
+    errno = 0;
+    EXPECT(syncfs(victim) == -1 && errno == EIO);
     EXPECT(fsync(other) == 0);
+    EXPECT(syncfs(other) == 0);
     close(other);
     close(victim);
 }
