@@ -12,7 +12,8 @@ std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
         return open_error{"store: '" + s.store +
                           "' is neither file:PATH nor postgresql://... (postgres://...)"};
     if (location->kind == config::store_kind::file)
-        return open_file_store(io, location->path_or_uri, file_store_options{});
+        return open_file_store(io, location->path_or_uri,
+                               file_store_options{.flush = s.file.flush});
     return open_postgres_store(io, s);
 }
 

@@ -297,6 +297,30 @@ error apply_postgres(const json& obj, const std::string& path, postgres_settings
     return std::nullopt;
 }
 
+error apply_file(const json& obj, const std::string& path, file_settings& out) {
+    if (auto e = expect_object(obj, path))
+        return e;
+    for (const auto& [key, v] : obj.items()) {
+        const std::string p = join(path, key);
+        error e;
+        if (key == "flush") {
+            std::string text;
+            e = read_string(v, p, text);
+            if (!e && text == "syncfs")
+                out.flush = file_flush::syncfs;
+            else if (!e && text == "fsync")
+                out.flush = file_flush::fsync;
+            else if (!e)
+                e = fail(p + ": expected \"syncfs\" or \"fsync\", got " + in_quotes(text));
+        } else {
+            e = unknown_key(p);
+        }
+        if (e)
+            return e;
+    }
+    return std::nullopt;
+}
+
 error apply_operations(const json& obj, const std::string& path,
                        std::map<std::string, operation>& out) {
     if (auto e = expect_object(obj, path))
@@ -465,6 +489,8 @@ std::optional<parse_error> apply_json(std::string_view json_text, settings& into
             e = apply_limits(v, p, s.http);
         } else if (key == "postgres") {
             e = apply_postgres(v, p, s.postgres);
+        } else if (key == "file") {
+            e = apply_file(v, p, s.file);
         } else if (key == "operations") {
             e = apply_operations(v, p, s.operations);
         } else {

@@ -37,6 +37,17 @@ struct postgres_settings {
     std::size_t batch_concurrency = 2; // group-commit batches in flight at once
 };
 
+// How the file store makes a batch's new body files durable before its commit record
+// (docs/file-store.md, "Write sequence").
+enum class file_flush {
+    syncfs, // one syncfs() of the store's file system per batch
+    fsync,  // an fsync() of every body file, plus one of each directory holding one
+};
+
+struct file_settings {
+    file_flush flush = file_flush::syncfs;
+};
+
 struct operation {
     std::string sql; // $1..$n placeholders
 };
@@ -49,6 +60,7 @@ struct settings {
     logging::level log_level = logging::level::info;
     http_limits http;
     postgres_settings postgres;
+    file_settings file;
     std::map<std::string, operation> operations;
     millis shutdown_timeout{10'000}; // drain deadline on SIGTERM / SIGINT
     // Bearer token file (--auth-token-file); unset → FENCEKEEPER_AUTH_TOKEN, else auth off.

@@ -69,7 +69,7 @@ write_result unavailable(std::string message) {
 
 std::variant<std::unique_ptr<store>, open_error>
 file_store::open(net::io_context& io, const std::string& root, const file_store_options& opts) {
-    auto s = std::make_unique<file_store>(io, opts.io_threads);
+    auto s = std::make_unique<file_store>(io, opts);
     if (auto err = s->open_root(root))
         return *err;
     if (auto err = s->recover())
@@ -78,8 +78,18 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
     return std::unique_ptr<store>(std::move(s));
 }
 
-file_store::file_store(net::io_context& io, int io_threads)
-    : io_(io), pool_(static_cast<std::size_t>(io_threads < 1 ? 1 : io_threads)) {
+file_store::file_store(net::io_context& io, const file_store_options& opts)
+    : io_(io), pool_(static_cast<std::size_t>(opts.io_threads < 1 ? 1 : opts.io_threads)) {
+    if (opts.flush == config::file_flush::syncfs) {
+        syncfs_batches_ = syncfs_reports_errors();
+        if (!syncfs_batches_)
+            logging::write(logging::level::warn,
+                           "file store: this kernel's syncfs() does not report write errors "
+                           "(Linux < 5.8); using file.flush \"fsync\"",
+                           {});
+    } else {
+        syncfs_batches_ = false;
+    }
     std::random_device rd;
     nonce_ = (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid());
 }
@@ -223,7 +233,8 @@ write_result file_store::stage_put(pending& p, const std::string& body) {
         return unavailable(errno_text("writing a body", err));
     }
     FK_FAILPOINT("before_body_fsync");
-    if (int err = sync_fd(fd.get(), sync_kind::body); err != 0) {
+    // With syncfs batches the committer's one syncfs makes this body durable.
+    if (int err = syncfs_batches_ ? 0 : sync_fd(fd.get(), sync_kind::body); err != 0) {
         fail("fsync of a body", err);
         ::unlinkat(p.dir->get(), p.tmp.c_str(), 0);
         return unavailable(errno_text("fsync of a body", err));

@@ -15,6 +15,9 @@ namespace fk::store {
 
 struct file_store_options {
     int io_threads = 4; // threads for blocking file syscalls (body writes, fsyncs, reads)
+    // How a batch's new bodies become durable before its commit record. syncfs falls back
+    // to fsync on kernels before 5.8, whose syncfs() does not report write-back errors.
+    config::file_flush flush = config::file_flush::syncfs;
 };
 
 std::variant<std::unique_ptr<store>, open_error>

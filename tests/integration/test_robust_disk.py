@@ -5,7 +5,8 @@ next to the fencekeeper binary):
   - the journal's fdatasync fails: that write gets 504 outcome_unknown (its record was
     handed to the journal), /readyz turns 503, every later request gets 503 (reads too),
     and after a restart without the fault every acknowledged write is intact;
-  - a body's fsync fails: that write gets 503 (nothing committed), same failed state;
+  - a body's fsync fails (file.flush "fsync"), or the syncfs before a batch's commit
+    (the default "syncfs"): that write gets 503 (nothing committed), same failed state;
   - fsync fails at a random moment under concurrent load: no request invoked after the
     first 5xx was received is acknowledged, and the history checker passes after restart.
 
@@ -72,8 +73,10 @@ def expect_failed_state(p, what):
         fk.eq(c.healthz().status, 200, "/healthz after " + what)
 
 
-def sequential_eio(path_filter, fail_after, expect_codes):
+def sequential_eio(path_filter, fail_after, expect_codes, flush=None, failed_call=None):
     st = fk.file_store()
+    if flush:
+        st.config = fk.deep_merge(st.config, {"file": {"flush": flush}})
     ks = robust.Keyspace("eio", nlocks=1, keys_per_lock=4)
     lock = ks.locks[0]
     history = fk.History()
@@ -96,6 +99,9 @@ def sequential_eio(path_filter, fail_after, expect_codes):
     fk.expect_error(r, r.status, {503: "unavailable", 504: "outcome_unknown"}[r.status], "failed write")
     fk.check(i > 1, "the first write already failed: the fault hit startup instead")
     fk.check("fk_fsync_fault:" in p.stderr_text(), "the shim logged no injected failure")
+    if failed_call:
+        fk.check("fk_fsync_fault: %s(" % failed_call in p.stderr_text(),
+                 "the injected failure hit no %s() call: %s" % (failed_call, p.stderr_text()[-2000:]))
     # Log lines reach stderr from a background writer, shortly after the reply.
     p.wait_log(lambda o: o.get("level") in ("error", "fatal"))
     expect_failed_state(p, "an fsync EIO")
@@ -113,10 +119,16 @@ def test_journal_fdatasync_eio():
 
 
 def test_body_fsync_eio():
-    # "objects" matches body files and the directories under objects/ (fsynced when a key's
-    # directory or temp entry is created): the first failure before the commit point is a
-    # 503, after the renames a 504.
-    sequential_eio("objects", 8, (503, 504))
+    # file.flush "fsync": "objects" matches body files and the directories under objects/
+    # (fsynced when a key's directory or temp entry is created): the first failure before
+    # the commit point is a 503, after the renames a 504.
+    sequential_eio("objects", 8, (503, 504), flush="fsync", failed_call="fsync")
+
+
+def test_batch_syncfs_eio():
+    # file.flush "syncfs" (the default): bodies are not fsynced one by one; the batch's
+    # syncfs (called on objects/) fails before the commit record, so nothing is written: 503.
+    sequential_eio("objects", 8, (503,), failed_call="syncfs")
 
 
 def test_journal_enospc_torn_tail():

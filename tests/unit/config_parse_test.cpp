@@ -254,6 +254,7 @@ TEST_CASE("apply_json: every key") {
             "batch_max": 1,
             "batch_concurrency": 7
         },
+        "file": {"flush": "fsync"},
         "operations": {
             "credit": {"sql": "UPDATE accounts SET balance = balance + $1 WHERE id = $2"},
             "A-z_0.9": {"sql": "SELECT 1"}
@@ -280,6 +281,7 @@ TEST_CASE("apply_json: every key") {
     CHECK(s.postgres.fence_cache_size == 10);
     CHECK(s.postgres.batch_max == 1);
     CHECK(s.postgres.batch_concurrency == 7);
+    CHECK(s.file.flush == fk::config::file_flush::fsync);
     REQUIRE(s.operations.size() == 2);
     CHECK(s.operations.at("credit").sql ==
           "UPDATE accounts SET balance = balance + $1 WHERE id = $2");
@@ -386,6 +388,18 @@ TEST_CASE("apply_json: listen, store and log_level values") {
     CHECK(json_err(R"({"log_level": "trace"})") ==
           "log_level: expected one of debug, info, warn, error, got 'trace'");
     CHECK(json_ok(R"({"store": "file:relative/dir"})").store == "file:relative/dir");
+}
+
+TEST_CASE("apply_json: file.flush") {
+    CHECK(settings{}.file.flush == fk::config::file_flush::syncfs);
+    CHECK(json_ok(R"({"file": {"flush": "syncfs"}})").file.flush == fk::config::file_flush::syncfs);
+    CHECK(json_ok(R"({"file": {"flush": "fsync"}})").file.flush == fk::config::file_flush::fsync);
+    CHECK(json_ok(R"({"file": {}})").file.flush == fk::config::file_flush::syncfs);
+    CHECK(json_err(R"({"file": {"flush": "FSYNC"}})") ==
+          "file.flush: expected \"syncfs\" or \"fsync\", got 'FSYNC'");
+    CHECK(json_err(R"({"file": {"flush": 1}})").rfind("file.flush: expected a string", 0) == 0);
+    CHECK(json_err(R"({"file": {"io_threads": 4}})") == "unknown key 'file.io_threads'");
+    CHECK(json_err(R"({"file": []})").rfind("file: expected an object", 0) == 0);
 }
 
 TEST_CASE("apply_json: postgres schema must be a plain SQL identifier") {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -17,13 +18,17 @@ namespace fence = fk::fence;
 namespace net = boost::asio;
 namespace detail = fk::store::detail;
 using namespace fk::store::test;
+using fk::config::file_flush;
 
 namespace {
 
 struct fixture {
+    explicit fixture(file_flush flush = file_flush::syncfs)
+        : s(open_ok(io, dir.path / "root", 4, flush)) {}
+
     temp_dir dir;
     net::io_context io;
-    std::unique_ptr<store> s = open_ok(io, dir.path / "root");
+    std::unique_ptr<store> s;
 
     write_result put(std::string key, std::string lock, token_t token, std::string body,
                      fence::preconditions pre = {}) {
@@ -360,44 +365,111 @@ TEST_CASE("one batch: a stale write next to a fresh one on the same lock") {
 
 TEST_CASE("a failed fsync puts the store in the failed state") {
     using detail::sync_kind;
-    fixture f;
-    REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
+    struct fault_case {
+        file_flush flush;
+        sync_kind kind;
+        errc expected; // unavailable: nothing was written; outcome_unknown: may have been
+    };
+    const fault_case cases[] = {
+        {file_flush::syncfs, sync_kind::staged, errc::unavailable},
+        {file_flush::syncfs, sync_kind::journal, errc::outcome_unknown},
+        {file_flush::fsync, sync_kind::body, errc::unavailable},
+        {file_flush::fsync, sync_kind::directory, errc::unavailable}, // before the commit
+        {file_flush::fsync, sync_kind::journal, errc::outcome_unknown},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.flush == file_flush::syncfs ? "syncfs" : "fsync");
+        CAPTURE(detail::to_string(c.kind));
+        fixture f(c.flush);
+        REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
+        const sync_kind kind = c.kind;
+        detail::set_fsync_fault_for_tests([kind](sync_kind k) { return k == kind ? EIO : 0; });
+        auto w = f.put("k", "k", 2, "v2");
+        detail::set_fsync_fault_for_tests(nullptr);
+        CHECK(w.error == c.expected);
 
-    SUBCASE("journal fdatasync: outcome unknown") {
-        detail::set_fsync_fault_for_tests(
-            [](sync_kind k) { return k == sync_kind::journal ? EIO : 0; });
+        CHECK_FALSE(f.s->ready());
+        CHECK(f.put("k", "k", 3, "v3").error == errc::unavailable);
+        CHECK(f.del("k", "k", 3).error == errc::unavailable);
+        CHECK(f.advance("k", 3).error == errc::unavailable);
+        CHECK(f.get("k").error == errc::unavailable);
+        CHECK(f.fence_of("k").error == errc::unavailable);
+        // A restart recovers: the first write is there, the uncertain one may or may not be.
+        f.s.reset();
+        f.s = open_ok(f.io, f.dir.path / "root", 4, c.flush);
+        CHECK(f.s->ready());
+        auto g = f.get("k");
+        CHECK(g.error == errc::ok);
+        if (c.expected == errc::unavailable)
+            CHECK(g.body == "v1");
+        else
+            CHECK((g.body == "v1" || g.body == "v2"));
+        CHECK(f.put("k", "k", 3, "v3").error == errc::ok);
+    }
+}
+
+// The durability sequence of one write to an existing directory (docs/file-store.md,
+// "Write sequence"): what file.flush changes, and that the commit record is synced last.
+TEST_CASE("file.flush: the syncs of one write, in order") {
+    using detail::sync_kind;
+    std::mutex m;
+    std::vector<sync_kind> seen;
+    auto record = [&](sync_kind k) {
+        std::lock_guard lock(m);
+        seen.push_back(k);
+        return 0; // and the real call goes ahead
+    };
+    SUBCASE("syncfs: one syncfs before the commit record; no body or directory fsync") {
+        fixture f(file_flush::syncfs);
+        REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
+        detail::set_fsync_fault_for_tests(record);
         auto w = f.put("k", "k", 2, "v2");
         detail::set_fsync_fault_for_tests(nullptr);
-        CHECK(w.error == errc::outcome_unknown);
+        CHECK(w.error == errc::ok);
+        CHECK(seen == std::vector{sync_kind::staged, sync_kind::journal});
     }
-    SUBCASE("body fsync: unavailable, nothing written") {
-        detail::set_fsync_fault_for_tests(
-            [](sync_kind k) { return k == sync_kind::body ? EIO : 0; });
+    SUBCASE("fsync: the body, its directory, the commit record, the directory again") {
+        fixture f(file_flush::fsync);
+        REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
+        detail::set_fsync_fault_for_tests(record);
         auto w = f.put("k", "k", 2, "v2");
         detail::set_fsync_fault_for_tests(nullptr);
-        CHECK(w.error == errc::unavailable);
+        CHECK(w.error == errc::ok);
+        CHECK(seen == std::vector{sync_kind::body, sync_kind::directory, sync_kind::journal,
+                                  sync_kind::directory});
     }
-    SUBCASE("directory fsync before the commit: unavailable") {
-        detail::set_fsync_fault_for_tests(
-            [](sync_kind k) { return k == sync_kind::directory ? EIO : 0; });
-        auto w = f.put("k", "k", 2, "v2");
+    SUBCASE("syncfs: a snapshot is written only after a syncfs") {
+        // With syncfs batches the last renames are durable only after the next syncfs,
+        // and a snapshot's records trust the bodies in place.
+        detail::set_compaction_threshold_for_tests(1);
+        fixture f(file_flush::syncfs);
+        detail::set_fsync_fault_for_tests(record);
+        for (int i = 0; i < 5; ++i)
+            REQUIRE(f.put("k" + std::to_string(i), "k", i + 1, "v").error == errc::ok);
         detail::set_fsync_fault_for_tests(nullptr);
-        CHECK(w.error == errc::unavailable);
+        detail::set_compaction_threshold_for_tests(0);
+        int snapshots = 0;
+        for (std::size_t i = 0; i < seen.size(); ++i) {
+            if (seen[i] != sync_kind::snapshot)
+                continue;
+            ++snapshots;
+            CHECK(i > 0);
+            CHECK(seen[i - 1] == sync_kind::filesystem);
+        }
+        CHECK(snapshots > 0);
     }
-    CHECK_FALSE(f.s->ready());
-    CHECK(f.put("k", "k", 3, "v3").error == errc::unavailable);
-    CHECK(f.del("k", "k", 3).error == errc::unavailable);
-    CHECK(f.advance("k", 3).error == errc::unavailable);
-    CHECK(f.get("k").error == errc::unavailable);
-    CHECK(f.fence_of("k").error == errc::unavailable);
-    // A restart recovers: the first write is there, the uncertain one may or may not be.
-    f.s.reset();
-    f.s = open_ok(f.io, f.dir.path / "root");
-    CHECK(f.s->ready());
-    auto g = f.get("k");
-    CHECK(g.error == errc::ok);
-    CHECK((g.body == "v1" || g.body == "v2"));
-    CHECK(f.put("k", "k", 3, "v3").error == errc::ok);
+}
+
+TEST_CASE("syncfs is used only where it reports write-back errors (Linux 5.8+)") {
+    CHECK(detail::syncfs_reports_errors("6.1.0-27-amd64"));
+    CHECK(detail::syncfs_reports_errors("5.8.0"));
+    CHECK(detail::syncfs_reports_errors("5.10.0-32-cloud-amd64"));
+    CHECK(detail::syncfs_reports_errors("10.0"));
+    CHECK_FALSE(detail::syncfs_reports_errors("5.7.19"));
+    CHECK_FALSE(detail::syncfs_reports_errors("4.19.0-26-amd64"));
+    CHECK_FALSE(detail::syncfs_reports_errors("3.10.0-1160.el7.x86_64"));
+    CHECK_FALSE(detail::syncfs_reports_errors(""));
+    CHECK_FALSE(detail::syncfs_reports_errors("linux"));
 }
 
 TEST_CASE("stop(): later requests get unavailable") {

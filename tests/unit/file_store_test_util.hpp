@@ -53,8 +53,10 @@ template <typename T> T run(net::io_context& io, net::awaitable<T> a) {
     return std::move(*out);
 }
 
-inline std::unique_ptr<store> open_ok(net::io_context& io, const fs::path& root, int threads = 4) {
-    auto r = open_file_store(io, root.string(), file_store_options{threads});
+inline std::unique_ptr<store>
+open_ok(net::io_context& io, const fs::path& root, int threads = 4,
+        fk::config::file_flush flush = fk::config::file_flush::syncfs) {
+    auto r = open_file_store(io, root.string(), file_store_options{threads, flush});
     if (auto* err = std::get_if<open_error>(&r))
         FAIL("open_file_store failed: " << err->message);
     return std::move(std::get<std::unique_ptr<store>>(r));

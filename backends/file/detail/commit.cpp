@@ -239,8 +239,10 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         return;
     }
 
-    // 2. The new tmp entries must be durable before the journal names them, so that
-    //    recovery can roll a committed write forward.
+    // 2. The new bodies and tmp entries must be durable before the journal names them,
+    //    so that recovery can roll a committed write forward: one syncfs covers them
+    //    all, or (file.flush "fsync") each directory is fsynced, its bodies having been
+    //    fsynced when staged.
     std::unordered_map<std::string, int> tmp_dirs, touched_dirs;
     for (auto& p : batch) {
         if (!p->accepted || !p->dir)
@@ -249,6 +251,16 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             tmp_dirs.emplace(p->path.dir_id(), p->dir->get());
         if (p->op == pending::kind::put || p->existed)
             touched_dirs.emplace(p->path.dir_id(), p->dir->get());
+    }
+    if (syncfs_batches_ && !tmp_dirs.empty()) {
+        tmp_dirs.clear();
+        if (int err = sync_fd(objects_fd_->get(), sync_kind::staged); err != 0) {
+            fail("syncfs before the commit", err);
+            unlink_tmps();
+            fail_all(errc::unavailable, errno_text("syncfs before the commit", err), which::all);
+            reply_all();
+            return;
+        }
     }
     for (auto& [id, fd] : tmp_dirs) {
         if (int err = sync_fd(fd, sync_kind::directory); err != 0) {
@@ -315,7 +327,12 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     }
     FK_FAILPOINT("after_rename");
 
-    // 5. Make the renames and unlinks durable.
+    // 5. Make the renames and unlinks durable. With syncfs batches this is left to the
+    //    next batch's syncfs (or the one before a snapshot): the write is already durable
+    //    through its journal record and its synced temp file, and recovery redoes a
+    //    rename that a power loss undid.
+    if (syncfs_batches_)
+        touched_dirs.clear();
     for (auto& [id, fd] : touched_dirs) {
         if (int e = sync_fd(fd, sync_kind::directory); e != 0) {
             fail("fsync of a directory after rename", e);

@@ -87,7 +87,7 @@ public:
     static std::variant<std::unique_ptr<store>, open_error>
     open(net::io_context& io, const std::string& root, const file_store_options& opts);
 
-    file_store(net::io_context& io, int io_threads);
+    file_store(net::io_context& io, const file_store_options& opts);
     ~file_store() override;
 
     net::awaitable<write_result> put(put_request req) override;
@@ -135,6 +135,10 @@ private:
     void fail(std::string_view what, int err);
 
     net::io_context& io_;
+    // true: bodies are written without fsync and one syncfs per batch makes them (and
+    // their directory entries) durable before the commit record; false: each body is
+    // fsynced when staged and each directory holding one before the commit record.
+    bool syncfs_batches_ = true;
     std::string root_;
     unique_fd root_fd_;
     unique_fd lock_fd_;

@@ -8,7 +8,9 @@
 #include <mutex>
 #include <optional>
 
+#include <cstdio>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 namespace fk::store::detail {
@@ -83,6 +85,8 @@ std::string_view to_string(sync_kind k) noexcept {
         return "snapshot";
     case sync_kind::filesystem:
         return "filesystem";
+    case sync_kind::staged:
+        return "staged";
     }
     return "?";
 }
@@ -115,6 +119,7 @@ int sync_fd(int fd, sync_kind kind) noexcept {
         rc = ::fdatasync(fd);
         break;
     case sync_kind::filesystem:
+    case sync_kind::staged:
         rc = ::syncfs(fd);
         break;
     default:
@@ -122,6 +127,18 @@ int sync_fd(int fd, sync_kind kind) noexcept {
         break;
     }
     return rc == 0 ? 0 : errno;
+}
+
+bool syncfs_reports_errors(const char* release) noexcept {
+    unsigned major = 0, minor = 0;
+    if (std::sscanf(release, "%u.%u", &major, &minor) != 2)
+        return false;
+    return major > 5 || (major == 5 && minor >= 8);
+}
+
+bool syncfs_reports_errors() noexcept {
+    utsname u{};
+    return ::uname(&u) == 0 && syncfs_reports_errors(u.release);
 }
 
 std::string errno_text(std::string_view what, int err) {

@@ -47,7 +47,8 @@ enum class sync_kind {
     directory,  // fsync of a directory after entries were created, renamed or removed
     journal,    // fdatasync of the journal: the commit point
     snapshot,   // fsync of a freshly written compacted journal
-    filesystem, // syncfs at startup
+    filesystem, // syncfs at startup, and before a snapshot (file.flush "syncfs")
+    staged,     // syncfs before a batch's commit record (file.flush "syncfs")
 };
 std::string_view to_string(sync_kind k) noexcept;
 
@@ -55,6 +56,12 @@ std::string_view to_string(sync_kind k) noexcept;
 // never retry after a failure: the kernel may have dropped the dirty pages and a second
 // fsync would report success for data that is gone ("fsyncgate").
 int sync_fd(int fd, sync_kind kind) noexcept;
+
+// Whether this kernel's syncfs() reports write-back errors (Linux 5.8 and later); before
+// that it returned 0 even when pages could not be written. The second form takes a
+// uname release string ("6.1.0-27-amd64"); anything unparsable counts as "no".
+bool syncfs_reports_errors() noexcept;
+bool syncfs_reports_errors(const char* release) noexcept;
 
 // "open: No such file or directory" style text.
 std::string errno_text(std::string_view what, int err);
