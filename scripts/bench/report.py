@@ -111,7 +111,7 @@ for scen, c, fk, base, ratio, lo, hi, cpu, tgt in summary:
     v = ("**PASS**" if ratio >= tgt else "**MISS**") if tgt is not None else ""
     out(f"| {scen} | {WHAT[scen]} | {c} | {fmt_rate(fk)} {UNIT[scen]} | {BASELINE[scen]} | "
         f"{fmt_rate(base)}/s | **{ratio:.2f}** | {lo:.2f}–{hi:.2f} | {t} | {v} | "
-        f"{cpu if cpu is not None else '—'} |")
+        f"{f'{cpu:.1f}' if cpu is not None else '—'} |")
 throughput_table = "\n".join(lines)
 
 
@@ -187,14 +187,15 @@ verdict_table = "\n".join(lines)
 
 # --- plot ---------------------------------------------------------------------------
 png = os.path.join(res, "bench-throughput.png")
-dat = os.path.join(res, "throughput.dat")
-with open(dat, "w") as f:
-    for i, scen in enumerate("PFSH"):
-        f.write(f"# {scen}\n")
+# One data file per scenario: gnuplot does not count an empty block as an index, so one
+# file with a block per scenario would shift the indexes when a scenario was not measured.
+dat = {scen: os.path.join(res, f"throughput-{scen}.dat") for scen in "PFSH"}
+for scen in "PFSH":
+    with open(dat[scen], "w") as f:
+        f.write(f"# {scen}: clients fencekeeper baseline\n")
         for s, c, fk, base, *_ in summary:
             if s == scen:
                 f.write(f"{c} {fk} {base}\n")
-        f.write("\n\n")
 titles = {
     "P": "P: PUT via fencekeeper to Postgres vs pgbench (same upsert)",
     "F": "F: PUT to file store vs durable-write C++ baseline",
@@ -222,8 +223,14 @@ for i, scen in enumerate("PFSH"):
     base = {"P": "pgbench -M prepared", "F": "durable\\_write\\_baseline",
             "S": "nginx return 409", "H": "nginx return 204"}[scen]
     gp.append(f"set title '{titles[scen]}'")
-    gp.append(f"plot '{dat}' index {i} using 1:2 with linespoints lw 2 pt 7 ps 1.3 "
-              f"title 'fencekeeper', '' index {i} using 1:3 with linespoints lw 2 pt 5 "
+    if not any(s == scen for s, *_ in summary):  # --only: an empty panel, not a failed plot
+        gp += ["set yrange [0:1]", "unset ytics", "unset key",
+               "set label 1 'not measured in this run' at graph 0.5, 0.5 center",
+               "plot -1 notitle", "unset label 1", "set yrange [0:*]", "set ytics",
+               "set key top left opaque box"]
+        continue
+    gp.append(f"plot '{dat[scen]}' using 1:2 with linespoints lw 2 pt 7 ps 1.3 "
+              f"title 'fencekeeper', '' using 1:3 with linespoints lw 2 pt 5 "
               f"ps 1.3 dt 2 title '{base}'")
 gp.append("unset multiplot")
 try:
