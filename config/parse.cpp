@@ -36,6 +36,7 @@ constexpr std::int64_t max_queue_limit = 1'000'000;
 constexpr std::int64_t max_fence_cache_size = 10'000'000;
 constexpr std::int64_t max_batch_max = 1024;
 constexpr std::int64_t max_batch_concurrency = 1024;
+constexpr std::int64_t max_batch_overlap_ms = 60'000;
 constexpr std::size_t max_config_file_bytes = 1024 * 1024;
 // Our schema is three levels deep; the bound keeps hostile input from costing more than
 // a linear scan.
@@ -288,6 +289,11 @@ error apply_postgres(const json& obj, const std::string& path, postgres_settings
             e = read_number(v, p, 1, max_batch_max, out.batch_max);
         } else if (key == "batch_concurrency") {
             e = read_number(v, p, 1, max_batch_concurrency, out.batch_concurrency);
+        } else if (key == "batch_overlap_ms") {
+            std::int64_t ms = 0;
+            e = read_number(v, p, 0, max_batch_overlap_ms, ms);
+            if (!e)
+                out.batch_overlap = millis(ms);
         } else {
             e = unknown_key(p);
         }

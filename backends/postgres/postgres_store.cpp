@@ -126,7 +126,10 @@ public:
           query_timeout_(s.postgres.statement_timeout + millis(1000)),
           statements_(pg::sql::prepared_statements(s.postgres.schema)),
           batches_(s.postgres.batch_max), queue_limit_(s.postgres.queue_limit),
-          max_batch_runners_(s.postgres.batch_concurrency) {
+          max_batch_runners_(s.postgres.batch_concurrency), batch_max_(s.postgres.batch_max),
+          batch_overlap_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              s.postgres.batch_overlap)),
+          overlap_timer_(pool_strand_) {
         std::size_t i = 0;
         for (const auto& [name, op] : s.operations) {
             auto e = std::make_unique<op_entry>();
@@ -295,14 +298,40 @@ private:
     // At most one runner waits for a connection at a time, and at most batch_concurrency
     // runners hold one: while they are busy, writes pile up for the next batch (that is
     // what makes batches grow under load); a runner that holds a connection keeps taking
-    // batches from the queue. Fewer, larger batches cost the database less per write, and
-    // two in flight already overlap one batch's WAL flush with the next one's execution.
+    // batches from the queue while may_start_batch() allows. Fewer, larger batches cost
+    // the database less per write; a second one in flight overlaps one batch's WAL flush
+    // with the next one's execution, which pays when a commit is slow.
     void spawn_runner_if_needed() {
         if (stopped() || runner_waiting_ || !batches_.has_ready() ||
             batch_runners_ >= max_batch_runners_)
             return;
+        if (!may_start_batch()) {
+            arm_overlap_timer();
+            return;
+        }
         runner_waiting_ = true;
         net::co_spawn(pool_strand_, batch_runner(), net::detached);
+    }
+
+    // Another batch may start when none is in flight, when a full batch is waiting, or
+    // when the newest batch in flight has run for batch_overlap_ms (a slow commit): see
+    // pg::detail::may_start_batch.
+    bool may_start_batch() const {
+        return pg::detail::may_start_batch(
+            batches_in_flight_, max_batch_runners_, batches_.size(), batch_max_,
+            std::chrono::steady_clock::now() - newest_batch_start_, batch_overlap_);
+    }
+
+    // Re-checks when the newest batch in flight reaches batch_overlap_ms.
+    void arm_overlap_timer() {
+        if (overlap_armed_ || batches_in_flight_ == 0)
+            return;
+        overlap_armed_ = true;
+        overlap_timer_.expires_at(newest_batch_start_ + batch_overlap_);
+        overlap_timer_.async_wait([self = shared_from_this()](boost::system::error_code) {
+            self->overlap_armed_ = false;
+            self->spawn_runner_if_needed();
+        });
     }
 
     // On the pool strand.
@@ -318,9 +347,15 @@ private:
         }
         ++batch_runners_;
         for (;;) {
+            if (!may_start_batch()) {
+                arm_overlap_timer(); // this runner's connection goes back to the pool
+                break;
+            }
             auto batch = batches_.take();
             if (batch.empty())
                 break;
+            ++batches_in_flight_;
+            newest_batch_start_ = std::chrono::steady_clock::now();
             spawn_runner_if_needed();
             std::vector<pg::sql::batch_item> items;
             items.reserve(batch.size());
@@ -329,6 +364,7 @@ private:
             auto maps = co_await net::co_spawn(
                 a.conn->strand(), run_batch_on(a.conn, items, query_timeout_), net::use_awaitable);
             batches_.done(batch);
+            --batches_in_flight_;
             // Retries go back to the front, in their order, ahead of later writes.
             for (std::size_t i = batch.size(); i-- > 0;) {
                 auto& j = batch[i];
@@ -630,10 +666,16 @@ private:
     std::set<conn_ptr> connecting_;                               // pool strand only
     pg::detail::batch_queue<job_ptr> batches_;                    // pool strand only
     std::size_t queue_limit_;
-    bool runner_waiting_ = false;   // pool strand only
-    std::size_t batch_runners_ = 0; // pool strand only
-    std::size_t max_batch_runners_; // postgres.batch_concurrency
-    bool sweeping_ = false;         // pool strand only
+    bool runner_waiting_ = false;                              // pool strand only
+    std::size_t batch_runners_ = 0;                            // pool strand only
+    std::size_t max_batch_runners_;                            // postgres.batch_concurrency
+    std::size_t batch_max_;                                    // postgres.batch_max
+    std::chrono::steady_clock::duration batch_overlap_;        // postgres.batch_overlap_ms
+    std::size_t batches_in_flight_ = 0;                        // pool strand only
+    std::chrono::steady_clock::time_point newest_batch_start_; // pool strand only
+    net::steady_timer overlap_timer_;                          // pool strand only
+    bool overlap_armed_ = false;                               // pool strand only
+    bool sweeping_ = false;                                    // pool strand only
 };
 
 class postgres_store final : public store {

@@ -204,54 +204,91 @@ def release(proc):
     proc.wait(30)
 
 
+def stuck_batch_then_another(config, while_stuck):
+    """Starts a proxy with `config`, gets a write to lock bc/La stuck in the database on
+    its fence row (held by a psql session), then sends a write to an unrelated lock and
+    calls while_stuck(thread_a, thread_b, results, sent_at) before releasing the row."""
+    store = fk.pg_store()
+    p = store.start(config=fk.deep_merge({"postgres": {"statement_timeout_ms": 30000}}, config))
+    p.wait_ready()
+    with p.client() as c:
+        for name in ("a", "b"):
+            expect_status(c.put("bc/" + name, b"v1", token=1, lock="bc/L" + name), 201,
+                          "create %s" % name)
+    results = {}
+
+    def put(name):
+        with p.client() as c:
+            results[name] = c.put("bc/" + name, b"v2", token=2, lock="bc/L" + name)
+            results[name + "_at"] = time.monotonic()
+
+    holder = hold_fence_row(store.schema, "bc/La")
+    ta = threading.Thread(target=put, args=("a",))
+    tb = threading.Thread(target=put, args=("b",))
+    try:
+        ta.start()
+        # a's batch is in the database, waiting for the fence row.
+        deadline = time.monotonic() + 20
+        while int(fk.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                          "'Lock' AND query LIKE '%%%s%%'" % store.schema)) < 1:
+            check(time.monotonic() < deadline, "a's write never waited for the row lock")
+            time.sleep(0.05)
+        sent_at = time.monotonic()
+        tb.start()
+        while_stuck(ta, tb, results, sent_at)
+    finally:
+        release(holder)
+    ta.join(30)
+    tb.join(30)
+    expect_status(results["a"], 200, "a, once the row lock is released")
+    expect_status(results["b"], 200, "b")
+    with p.client() as c:
+        eq(c.get("bc/a").body, b"v2", "a's body")
+        eq(c.get("bc/b").body, b"v2", "b's body")
+
+
 def test_batch_concurrency_bounds_the_batches_in_flight():
     """postgres.batch_concurrency is how many batches one proxy has in the database at
     once. A batch stuck on a row lock (held here by a psql session) holds one of them: with
-    1, a write to an unrelated lock waits behind it; with 2, it is written meanwhile."""
-    for limit in (1, 2):
-        store = fk.pg_store()
-        p = store.start(config={"postgres": {"batch_concurrency": limit,
-                                             "statement_timeout_ms": 30000}})
-        p.wait_ready()
-        with p.client() as c:
-            for name in ("a", "b"):
-                expect_status(c.put("bc/" + name, b"v1", token=1, lock="bc/L" + name), 201,
-                              "create %s" % name)
-        results = {}
+    1, a write to an unrelated lock waits behind it; with 2, it is written meanwhile (once
+    the stuck batch has run batch_overlap_ms, default 1)."""
+    def limit_1(ta, tb, results, sent_at):
+        tb.join(1.5)
+        check(tb.is_alive(), "batch_concurrency 1: b waits behind a's batch")
 
-        def put(name):
-            with p.client() as c:
-                results[name] = c.put("bc/" + name, b"v2", token=2, lock="bc/L" + name)
+    def limit_2(ta, tb, results, sent_at):
+        tb.join(20)
+        check(not tb.is_alive(), "batch_concurrency 2: b is written while a waits")
+        expect_status(results["b"], 200, "b written while a's batch waits")
+        check(ta.is_alive(), "a still waits for the row lock")
 
-        holder = hold_fence_row(store.schema, "bc/La")
-        ta = threading.Thread(target=put, args=("a",))
-        tb = threading.Thread(target=put, args=("b",))
-        try:
-            ta.start()
-            # a's batch is in the database, waiting for the fence row.
-            deadline = time.monotonic() + 20
-            while int(fk.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                              "'Lock' AND query LIKE '%%%s%%'" % store.schema)) < 1:
-                check(time.monotonic() < deadline, "a's write never waited for the row lock")
-                time.sleep(0.05)
-            tb.start()
-            if limit == 1:
-                tb.join(1.5)
-                check(tb.is_alive(), "batch_concurrency 1: b waits behind a's batch")
-            else:
-                tb.join(20)
-                check(not tb.is_alive(), "batch_concurrency 2: b is written while a waits")
-                expect_status(results["b"], 200, "b written while a's batch waits")
-                check(ta.is_alive(), "a still waits for the row lock")
-        finally:
-            release(holder)
-        ta.join(30)
-        tb.join(30)
-        expect_status(results["a"], 200, "a, once the row lock is released")
-        expect_status(results["b"], 200, "b")
-        with p.client() as c:
-            eq(c.get("bc/a").body, b"v2", "a's body")
-            eq(c.get("bc/b").body, b"v2", "b's body")
+    stuck_batch_then_another({"postgres": {"batch_concurrency": 1}}, limit_1)
+    stuck_batch_then_another({"postgres": {"batch_concurrency": 2}}, limit_2)
+
+
+def test_batch_overlap_holds_a_second_batch_until_the_first_has_run_that_long():
+    """postgres.batch_overlap_ms: a second batch starts only once the newest batch in
+    flight has run that long (a slow commit), so that writes arriving meanwhile join one
+    larger batch. With 4000 ms and a batch stuck on a row lock, a write to an unrelated
+    lock is still waiting 2 s later, and is written (by the timer, with nothing else
+    arriving) about 4 s after the stuck batch started, while that batch still waits."""
+    overlap_s = 4.0
+
+    def held_back(ta, tb, results, sent_at):
+        tb.join(2.0)
+        check(tb.is_alive(), "b waits while the stuck batch is younger than batch_overlap_ms")
+        tb.join(20)
+        check(not tb.is_alive(), "b is written once the stuck batch is older than "
+                                 "batch_overlap_ms")
+        expect_status(results["b"], 200, "b written while a's batch waits")
+        check(ta.is_alive(), "a still waits for the row lock")
+        waited = results["b_at"] - sent_at
+        check(waited < overlap_s + 3, "b waited %.1f s, expected about %.0f s or less"
+              % (waited, overlap_s))
+
+    stuck_batch_then_another({"postgres": {"batch_concurrency": 2,
+                                           "batch_overlap_ms": int(overlap_s * 1000)}},
+                             held_back)
 
 
 if __name__ == "__main__":

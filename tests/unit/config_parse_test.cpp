@@ -252,7 +252,8 @@ TEST_CASE("apply_json: every key") {
             "statement_timeout_ms": 200,
             "fence_cache_size": 10,
             "batch_max": 1,
-            "batch_concurrency": 7
+            "batch_concurrency": 7,
+            "batch_overlap_ms": 0
         },
         "file": {"flush": "fsync"},
         "operations": {
@@ -281,6 +282,7 @@ TEST_CASE("apply_json: every key") {
     CHECK(s.postgres.fence_cache_size == 10);
     CHECK(s.postgres.batch_max == 1);
     CHECK(s.postgres.batch_concurrency == 7);
+    CHECK(s.postgres.batch_overlap == 0ms);
     CHECK(s.file.flush == fk::config::file_flush::fsync);
     REQUIRE(s.operations.size() == 2);
     CHECK(s.operations.at("credit").sql ==
@@ -355,6 +357,7 @@ TEST_CASE("apply_json: ranges") {
         {"fence_cache_size", "postgres", 1, 10000000},
         {"batch_max", "postgres", 1, 1024},
         {"batch_concurrency", "postgres", 1, 1024},
+        {"batch_overlap_ms", "postgres", 0, 60000},
     };
     for (const auto& c : cases) {
         const std::string section = c.section;
@@ -388,6 +391,11 @@ TEST_CASE("apply_json: listen, store and log_level values") {
     CHECK(json_err(R"({"log_level": "trace"})") ==
           "log_level: expected one of debug, info, warn, error, got 'trace'");
     CHECK(json_ok(R"({"store": "file:relative/dir"})").store == "file:relative/dir");
+}
+
+TEST_CASE("apply_json: postgres.batch_overlap_ms") {
+    CHECK(settings{}.postgres.batch_overlap == 1ms);
+    CHECK(json_ok(R"({"postgres": {"batch_overlap_ms": 250}})").postgres.batch_overlap == 250ms);
 }
 
 TEST_CASE("apply_json: file.flush") {

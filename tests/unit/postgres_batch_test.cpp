@@ -432,3 +432,23 @@ TEST_CASE("batch_queue: remove_if takes only queued entries, in order, and keeps
     CHECK(q.take() == std::vector<fake_ptr>{c});
     CHECK(q.empty());
 }
+
+TEST_CASE("may_start_batch: a second batch waits for a slow first one or a full queue") {
+    using fk::store::pg::detail::may_start_batch;
+    using namespace std::chrono_literals;
+    const auto overlap = std::chrono::milliseconds(1);
+    // Nothing in flight: at once, even for one queued write.
+    CHECK(may_start_batch(0, 2, 1, 64, 0s, overlap));
+    // One in flight, young: later writes wait and join the next batch...
+    CHECK_FALSE(may_start_batch(1, 2, 10, 64, 200us, overlap));
+    // ...unless a full batch is already waiting...
+    CHECK(may_start_batch(1, 2, 64, 64, 200us, overlap));
+    // ...or the batch in flight has run for batch_overlap_ms (a slow commit).
+    CHECK(may_start_batch(1, 2, 1, 64, 1ms, overlap));
+    CHECK(may_start_batch(1, 2, 1, 64, 5s, overlap));
+    // batch_concurrency is a hard bound.
+    CHECK_FALSE(may_start_batch(2, 2, 500, 64, 5s, overlap));
+    CHECK_FALSE(may_start_batch(1, 1, 500, 64, 5s, overlap));
+    // batch_overlap_ms 0: the old behaviour, any free slot starts a batch.
+    CHECK(may_start_batch(1, 2, 1, 64, 0s, std::chrono::milliseconds(0)));
+}

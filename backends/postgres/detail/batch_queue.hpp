@@ -14,14 +14,15 @@
 //    caused that) travels by itself;
 //  - a retried write goes back to the front, ahead of later writes of its lock.
 //
-// Batch size adapts to load by itself: the store takes a batch whenever fewer than
-// `batch_concurrency` of its batches are running, so an idle store sends each write at
-// once, and while that many are running writes accumulate here until one finishes.
+// Batch size adapts to load by itself: the store takes a batch when may_start_batch()
+// says so (below), so an idle store sends each write at once, and while batches are
+// running writes accumulate here until one finishes.
 //
 // Entry is pointer-like: e->key and e->lock (string-like, stable while queued or in
 // flight) and e->alone (bool).
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <string_view>
@@ -29,6 +30,24 @@
 #include <vector>
 
 namespace fk::store::pg::detail {
+
+// Whether the store may start another batch now, with `in_flight` of its batches being
+// executed (the newest started `newest_age` ago) and `queued` writes waiting:
+//  - none in flight: yes (an idle store sends a write at once);
+//  - `max_in_flight` (batch_concurrency) in flight: no;
+//  - a full batch (`batch_max`) waiting: yes, waiting would only queue more;
+//  - otherwise only once the newest batch has run for `overlap` (batch_overlap_ms): a
+//    commit that is taking long. Until then the writes wait and join the next batch,
+//    which costs the database less per write than two half-size batches.
+inline bool may_start_batch(std::size_t in_flight, std::size_t max_in_flight, std::size_t queued,
+                            std::size_t batch_max, std::chrono::steady_clock::duration newest_age,
+                            std::chrono::steady_clock::duration overlap) {
+    if (in_flight == 0)
+        return true;
+    if (in_flight >= max_in_flight)
+        return false;
+    return queued >= batch_max || newest_age >= overlap;
+}
 
 template <class Entry> class batch_queue {
 public:
