@@ -265,7 +265,7 @@ Rerun with one command (root, Debian 12; installs what is missing):
 | date | {meta.get('date')} |
 | fencekeeper | commit {meta.get('commit')}, Release build (`build-bench/`), `--threads` default ({meta.get('threads')}, one per core), default config otherwise |
 | machine | {meta.get('cpu')}, {meta.get('memory')}, Linux {meta.get('kernel')}, disk {meta.get('disk')} |
-| load | {meta.get('load')}; the machine is shared with other engineers' builds and tests while this runs |
+| load | {meta.get('load')} (the load average counts this run's own processes too: the F baseline's 128 threads waiting on the disk make the 5- and 15-minute figures climb, so they say little about other jobs) |
 | software | {meta.get('versions')} |
 | per measurement | {meta.get('duration')} s, {meta.get('rounds')} rounds, clients {meta.get('clients')}, {meta.get('body')}-byte bodies |
 | run time | {meta.get('elapsed', '?')} |
