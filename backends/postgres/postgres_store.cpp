@@ -160,6 +160,7 @@ public:
                 net::post(c->strand(), [c] { c->abort(); });
             for (auto& t : self->backoff_timers_)
                 t->cancel();
+            self->overlap_timer_.cancel(); // up to batch_overlap_ms away
             for (auto& c : self->connecting_)
                 net::post(c->strand(), [c] { c->abort(); });
         });
