@@ -80,16 +80,12 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
 
 file_store::file_store(net::io_context& io, const file_store_options& opts)
     : io_(io), pool_(static_cast<std::size_t>(opts.io_threads < 1 ? 1 : opts.io_threads)) {
-    if (opts.flush == config::file_flush::syncfs) {
-        syncfs_batches_ = syncfs_reports_errors();
-        if (!syncfs_batches_)
-            logging::write(logging::level::warn,
-                           "file store: this kernel's syncfs() does not report write errors "
-                           "(Linux < 5.8); using file.flush \"fsync\"",
-                           {});
-    } else {
-        syncfs_batches_ = false;
-    }
+    syncfs_batches_ = opts.flush == config::file_flush::syncfs && syncfs_reports_errors();
+    if (opts.flush == config::file_flush::syncfs && !syncfs_batches_)
+        logging::write(logging::level::warn,
+                       "file store: this kernel's syncfs() does not report write errors "
+                       "(Linux < 5.8); using file.flush \"fsync\"",
+                       {});
     std::random_device rd;
     nonce_ = (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid());
 }

@@ -356,6 +356,14 @@ void file_store::maybe_compact() {
     if (journal_bytes_ < std::max({min_bytes, 4 * snapshot_bytes_, next_compaction_}))
         return;
     std::string error;
+    // With syncfs batches the last batches' renames are durable only after the next
+    // syncfs, and the snapshot is about to trust the bodies in place.
+    if (syncfs_batches_) {
+        if (int err = sync_fd(objects_fd_->get(), sync_kind::filesystem); err != 0) {
+            fail("syncfs before a journal snapshot", err);
+            return;
+        }
+    }
     if (write_snapshot(error) == 0) {
         next_compaction_ = 0;
     } else {

@@ -297,15 +297,8 @@ void file_store::remove_stray_tmp_files() {
 
 int file_store::write_snapshot(std::string& error) {
     // The snapshot trusts every body in place (its records name no temp file), so the
-    // renames and unlinks of earlier batches must be durable first: with syncfs batches
-    // nothing else has made the latest ones so.
-    if (syncfs_batches_) {
-        if (int err = sync_fd(objects_fd_->get(), sync_kind::filesystem); err != 0) {
-            fail("syncfs before a journal snapshot", err);
-            error = errno_text("syncfs before a journal snapshot", err);
-            return err;
-        }
-    }
+    // renames and unlinks before it must be durable: at startup recovery's syncfs made
+    // them so; while running, maybe_compact() does (with syncfs batches).
     unique_fd fd(
         ::openat(root_fd_.get(), "journal.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) {
