@@ -19,7 +19,8 @@
 #   F  PUT -> fencekeeper file store         vs scripts/bench/durable_write_baseline.cpp
 #   S  stale PUT (409) -> fencekeeper/pg     vs nginx `return 409`, same wrk script
 #   H  GET /healthz                          vs nginx `return 204`
-# Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak
+# Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak (one
+# run per round, median and every round shown, with a 10 ms timeline of each run)
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
 # after 1M distinct locks, and for P the CPU Postgres spends per write on either side.
 # Everything it starts is stopped on exit. FK_BENCH_PG_EXTRA="-c name=value ..." adds
@@ -55,7 +56,7 @@ while (($#)); do
         --only) only="$2"; docs=0; shift ;;
         --lat-rate) lat_rate="$2"; docs=0; shift ;;
         --no-docs) docs=0 ;;
-        -h|--help) sed -n "2,23p" "$0"; exit 0 ;;
+        -h|--help) sed -n "2,24p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -420,7 +421,7 @@ done
 
 # --- latency at 70% of peak (open loop) -------------------------------------------------
 lat="$results/latency.tsv"
-printf 'scenario\ttarget_rps\tline\n' >"$lat"
+printf 'scenario\tround\ttarget_rps\tline\n' >"$lat"
 peak() {   # highest median fencekeeper rate of a scenario over the client counts
     python3 - "$tsv" "$1" <<'EOF'
 import csv, statistics, sys
@@ -432,38 +433,51 @@ for r in rows:
 print(max(statistics.median(v) for v in by.values()))
 EOF
 }
+# One open-loop run per round and scenario: a single run's p99 mostly counts how many disk
+# stalls happened to fall into its few seconds, so the report gives the median over rounds
+# and every round's figure. Each run also writes a timeline (10 ms windows of the schedule:
+# requests due, median and worst latency), and its line counts the windows whose worst
+# request took over 10 ms, so a reader can tell a few long stalls from a slow service.
 lat_conns=128
 for scen in $only; do
     case $scen in
-        P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put --tag "lp") ;;
-        F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put --tag "lf") ;;
+        P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put) ;;
+        F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put) ;;
         S) port=$fk_port_stale; lat_pid=$fk_pid_stale; args=(--mode cycle --tag s --keys "$stale_keys" --token 1) ;;
         H) port=$fk_port_health; lat_pid=$fk_pid_health; args=(--mode health) ;;
     esac
     p="$(peak "$scen")"
     rate="$(python3 -c "print(round(0.7 * $p, 1))")"
     [[ -n $lat_rate ]] && rate=$lat_rate
-    if [[ $scen == P ]]; then
-        # A freshly initdb'd cluster has no spare WAL segments: every 16 MiB of WAL, the
-        # commit that crosses into a new segment first has it zero-filled and fsynced while
-        # holding the WAL write lock, and every commit waits 50-100 ms behind it (on this
-        # VM). A database that has run for a while recycles old segments at each
-        # checkpoint instead; this checkpoint gives the latency run that steady state.
-        log "P: CHECKPOINT (recycles the WAL segments written so far)"
-        psql_ -d postgres -c CHECKPOINT
-    fi
-    log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s"
-    d0="$(pg_cpu_ticks)"
-    t0="$(cpu_ticks "$lat_pid")"
-    line="$("$openloop" --port "$port" "${args[@]}" --rate "$rate" --duration "$duration" \
-        --connections "$lat_conns" --body-bytes "$body_bytes")" || problem "$scen: openloop failed"
-    t1="$(cpu_ticks "$lat_pid")"
-    d1="$(pg_cpu_ticks)"
-    n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
-    line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
-    [[ $scen == [PS] ]] && line+=" db_cpu_us_per_req=$(us_per "$d0" "$d1" "${n:-0}")"
-    echo "   $line" >&2
-    printf '%s\t%s\t%s\n' "$scen" "$rate" "$line" >>"$lat"
+    for r in $(seq "$rounds"); do
+        # P and F write fresh locks and keys: a tag per round keeps them fresh.
+        case $scen in P | F) tag=(--tag "l${scen,,}$r") ;; *) tag=() ;; esac
+        if [[ $scen == P ]]; then
+            # A freshly initdb'd cluster has no spare WAL segments: every 16 MiB of WAL, the
+            # commit that crosses into a new segment first has it zero-filled and fsynced
+            # while holding the WAL write lock, and every commit waits 50-100 ms behind it
+            # (on this VM). A database that has run for a while recycles old segments at
+            # each checkpoint instead; this checkpoint gives the latency run that steady
+            # state.
+            log "P: CHECKPOINT (recycles the WAL segments written so far)"
+            psql_ -d postgres -c CHECKPOINT
+        fi
+        log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s, round $r of $rounds"
+        timeline="$results/timeline-$scen-$r.tsv"
+        d0="$(pg_cpu_ticks)"
+        t0="$(cpu_ticks "$lat_pid")"
+        line="$("$openloop" --port "$port" "${args[@]}" "${tag[@]}" --rate "$rate" \
+            --duration "$duration" --connections "$lat_conns" --body-bytes "$body_bytes" \
+            --timeline "$timeline")" || problem "$scen: openloop failed"
+        t1="$(cpu_ticks "$lat_pid")"
+        d1="$(pg_cpu_ticks)"
+        n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
+        line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
+        [[ $scen == [PS] ]] && line+=" db_cpu_us_per_req=$(us_per "$d0" "$d1" "${n:-0}")"
+        line+=" windows_over_10ms=$(awk -F'\t' 'NR > 1 && $4 > 10' "$timeline" 2>/dev/null | wc -l)"
+        echo "   $line" >&2
+        printf '%s\t%s\t%s\t%s\n' "$scen" "$r" "$rate" "$line" >>"$lat"
+    done
 done
 
 # --- peak RSS of the measured processes ------------------------------------------------

@@ -18,6 +18,9 @@
 //            with a high token once over the keys primes their fences; afterwards with a
 //            lower token every request is stale
 //
+// --timeline FILE (open loop) also writes one line per 10 ms of the schedule: requests due
+// in it, their median and worst latency. It tells a few long stalls from a slow service.
+//
 // Build: g++ -O2 -std=c++20 -pthread openloop.cpp -o openloop   (Boost >= 1.81, headers only)
 // Output: one line of key=value pairs on stdout.
 
@@ -58,6 +61,7 @@ struct options {
     long long keys = 1000; // cycle mode
     long long token = -1;  // -1: n+1 per request
     double grace = 5;      // seconds to wait for late answers after the schedule ends
+    std::string timeline;  // open loop: per-10 ms table of the schedule's latencies
 };
 
 [[noreturn]] void usage(const char* msg) {
@@ -65,7 +69,7 @@ struct options {
                  "openloop: %s\n"
                  "usage: openloop --port P [--host H] [--mode health|put|cycle] [--tag T]\n"
                  "       (--rate R --duration S | --count N) [--connections C] [--threads T]\n"
-                 "       [--body-bytes B] [--keys K] [--token T] [--grace S]\n",
+                 "       [--body-bytes B] [--keys K] [--token T] [--grace S] [--timeline FILE]\n",
                  msg);
     std::exit(2);
 }
@@ -105,6 +109,8 @@ options parse(int argc, char** argv) {
             o.token = std::stoll(val());
         else if (a == "--grace")
             o.grace = std::stod(val());
+        else if (a == "--timeline")
+            o.timeline = val();
         else
             usage(("unknown argument " + a).c_str());
     }
@@ -157,10 +163,12 @@ std::size_t find_header(std::string_view head, std::string_view name) {
 }
 
 struct stats {
-    std::vector<std::int64_t> latency_ns; // open loop only
+    std::vector<std::int64_t> latency_ns;                        // open loop only
+    std::vector<std::pair<std::int64_t, std::int64_t>> timeline; // (due, latency), --timeline
     long long completed = 0, s2xx = 0, s409 = 0, other = 0, errors = 0, incomplete = 0;
     void merge(const stats& s) {
         latency_ns.insert(latency_ns.end(), s.latency_ns.begin(), s.latency_ns.end());
+        timeline.insert(timeline.end(), s.timeline.begin(), s.timeline.end());
         completed += s.completed;
         s2xx += s.s2xx;
         s409 += s.s409;
@@ -359,7 +367,10 @@ net::awaitable<void> conn::run() {
         }
         int status = co_await exchange(make_request(w.o, n, w.body));
         if (!closed_loop) {
-            w.st.latency_ns.push_back((sclock::now() - job).count());
+            const auto lat = (sclock::now() - job).count();
+            w.st.latency_ns.push_back(lat);
+            if (!w.o.timeline.empty())
+                w.st.timeline.emplace_back(job.time_since_epoch().count(), lat);
             has_job = false;
         }
         w.record(status);
@@ -378,6 +389,29 @@ double pct(const std::vector<std::int64_t>& sorted, double p) {
     std::size_t i =
         static_cast<std::size_t>(p / 100.0 * static_cast<double>(sorted.size() - 1) + 0.5);
     return static_cast<double>(sorted[std::min(i, sorted.size() - 1)]) / 1e6;
+}
+
+// One line per 10 ms of the schedule: its start (ms after the first due time), how many
+// requests were due in it, and their largest and median latency. Finds stalls in time.
+void write_timeline(const std::string& path, std::vector<std::pair<std::int64_t, std::int64_t>> tl,
+                    std::int64_t t0) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f)
+        return;
+    std::sort(tl.begin(), tl.end());
+    std::fprintf(f, "ms\tdue\tp50_ms\tmax_ms\n");
+    constexpr std::int64_t bucket = 10'000'000;
+    for (std::size_t i = 0; i < tl.size();) {
+        const std::int64_t b = (tl[i].first - t0) / bucket;
+        std::vector<std::int64_t> lat;
+        for (; i < tl.size() && (tl[i].first - t0) / bucket == b; ++i)
+            lat.push_back(tl[i].second);
+        std::sort(lat.begin(), lat.end());
+        std::fprintf(f, "%lld\t%zu\t%.2f\t%.2f\n", static_cast<long long>(b * 10), lat.size(),
+                     static_cast<double>(lat[lat.size() / 2]) / 1e6,
+                     static_cast<double>(lat.back()) / 1e6);
+    }
+    std::fclose(f);
 }
 
 } // namespace
@@ -429,6 +463,8 @@ int main(int argc, char** argv) {
                     pct(all.latency_ns, 99.9), pct(all.latency_ns, 100));
     std::printf("\n");
     std::fflush(stdout);
+    if (!o.timeline.empty())
+        write_timeline(o.timeline, all.timeline, t0.time_since_epoch().count());
     // Connections still waiting on the stopped io_contexts are abandoned, not unwound.
     std::_Exit(all.errors > 0 && all.completed == 0 ? 1 : 0);
 }
