@@ -56,7 +56,7 @@ while (($#)); do
         --only) only="$2"; docs=0; shift ;;
         --lat-rate) lat_rate="$2"; docs=0; shift ;;
         --no-docs) docs=0 ;;
-        -h|--help) sed -n "2,24p" "$0"; exit 0 ;;
+        -h|--help) sed -n "2,28p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
