@@ -393,7 +393,7 @@ private:
     }
 
     // On the connection's strand: one write alone as the single-row statement, several as
-    // [begin, claim, batch, Sync] in one implicit transaction.
+    // [begin, batch, Sync] in one implicit transaction.
     static net::awaitable<std::vector<pg::write_mapping>>
     run_batch_on(conn_ptr c, std::vector<pg::sql::batch_item> items, millis timeout) {
         if (items.size() == 1) {
@@ -410,10 +410,8 @@ private:
             rows.push_back({it.token, !it.is_delete});
         const auto params = pg::sql::write_batch_params(items);
         static const pg::sql::param_list none;
-        std::vector<pg::detail::pipeline_step> steps{{pg::sql::name::batch_begin, &none}};
-        if (!params.claim.empty())
-            steps.push_back({pg::sql::name::claim, &params.claim});
-        steps.push_back({pg::sql::name::write_batch, &params.write});
+        std::vector<pg::detail::pipeline_step> steps{{pg::sql::name::batch_begin, &none},
+                                                     {pg::sql::name::write_batch, &params.write}};
         auto o = co_await c->exec_pipeline(steps, timeout);
         co_return pg::map_batch(o, rows, steps.size() - 1);
     }

@@ -228,7 +228,7 @@ std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<ba
     }
     const std::size_t at = leading;
     // Columns: n, mismatch, pre_failed, key_lock, applied, version, created, seen_fence,
-    // absent, unwritten.
+    // unwritten.
     bool leading_ok = o.results.size() == at + 2;
     for (std::size_t i = 0; leading_ok && i < at; ++i)
         leading_ok = o.results[i].ok();
@@ -245,12 +245,6 @@ std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<ba
             write_mapping m;
             m.result = failure<write_result>(errc::internal, "batch result out of order");
             return all(m);
-        }
-        if (bool_at(t, i, 8)) {
-            // The key had no row to lock (claimed, then removed by someone else): nothing
-            // was written and the fence was not touched; claim it again.
-            out[i].retry = true;
-            continue;
         }
         out[i] = map_write_cells(t, i, 1, rows[i].token, rows[i].is_put);
     }

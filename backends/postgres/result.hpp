@@ -80,10 +80,11 @@ write_mapping map_advance_row(const result_table& t, token_t token);
 // (never used for writes today) is kept for symmetry with reads.
 write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool is_advance);
 
-// For a group-commit batch, the pipeline [`leading` statements (batch_begin_sql, claim_sql),
-// write_batch_sql, Sync]: one mapping per row, in input order. A server error aborted the whole
-// transaction, so nothing was written: a batch of several rows is re-run one write at a
-// time (retry + alone), a lone write is mapped like map_write. A transport failure is
+// For a group-commit batch, the pipeline [`leading` statements (batch_begin_sql),
+// write_batch_sql, Sync]: one mapping per row, in input order. A server error (a create
+// race's FKR01 among them) aborted the whole transaction, so nothing was written: a batch
+// of several rows is re-run one write at a time (retry + alone), a lone write is mapped
+// like map_write. A transport failure is
 // every row's (503 before the Sync left us, 504 outcome_unknown after).
 struct batch_row {
     token_t token = 0;

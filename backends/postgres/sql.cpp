@@ -425,32 +425,36 @@ std::string bench_pgbench_script(std::string_view schema) {
 // statements (advance_sql, fk_fence_step), under READ COMMITTED:
 //
 // A batch takes its row locks in three phases, each in one global order:
-//   N  claim_sql inserts placeholders for absent keys, sorted by key (COLLATE "C"). An
-//      insert waits only for a transaction that is inserting or updating that key;
 //   K  write_batch_sql's k locks every existing key row FOR UPDATE, sorted by key (the
 //      LockRows node sits above the Sort, so rows are locked in that order). It waits
-//      only for committed rows: another batch's placeholders are invisible to it;
+//      only for committed rows: a key another transaction is creating is invisible to it;
 //   F  its f upserts the fence rows, sorted by lock (INSERT ... SELECT ... ORDER BY
 //      feeds ON CONFLICT in that order);
-//   then w updates and d deletes only rows the batch already holds: no waiting.
+//   N  its v inserts the rows of keys k found absent, sorted by key (its Sort reads all of
+//      u, hence all of f, before the first insert: F is over when N starts). An insert
+//      waits only for a transaction that is itself inserting that key;
+//   and w updates only rows the batch already holds: no waiting.
 // A transaction waiting in a phase waits only for one that is in the same or a later
 // phase, and within a phase, for one that holds a lock later in that phase's order. A
 // wait-for cycle would have to stay inside one phase and go strictly up the sorted order
 // all the way round: impossible. The fence-only statements take one fence row and
-// nothing else. The single-row statement (a lone write, batch_max 1, or an older
-// fencekeeper on the same database) takes key row, fence row, then (creating) the key's
-// index entry. Within one process it never waits for a batch: a key and a lock are never
-// in flight twice (detail/batch_queue.hpp). Across processes it can deadlock with a batch
-// only when both create the same new key at once (it holds the fence row and waits for
-// the batch's placeholder, the batch waits for that fence row); Postgres detects that,
-// aborts one side (40P01, nothing written) and we re-run it.
+// nothing else. The single-row statement (a lone write, batch_max 1) takes key row,
+// fence row, then (creating) the key's index entry: the same order, and it waits for
+// nothing once it holds the new key. Within one process it never meets a batch on one
+// key or lock anyway: a key and a lock are never in flight twice (detail/batch_queue.hpp).
+// (Earlier builds claimed a batch's new keys first, with placeholder rows, before phase
+// K. Such a process on the same database can deadlock with this one when both create and
+// update the same keys at once; Postgres detects that, aborts one side (40P01, nothing
+// written) and that side's writes are re-run.)
 //
-// And why a create race cannot fail a neighbour: after claim_sql, every PUT key of the
-// batch has a row (committed, or our placeholder) that nobody can remove, so k locks
-// every row the batch writes before any fence moves, and w cannot find a row changed
-// behind its checks. The single-row statement's FKR01 case (the key appeared between
-// the check and the write) cannot happen; a row k finds absent anyway (an operator
-// deleted it) is answered "claim again" without touching its fence.
+// A create race: k found no row for a key, the checks passed on "absent", the fence
+// moved, and by the time v inserts, another transaction has created the key (committed
+// after our snapshot, or waited for). v's ON CONFLICT DO NOTHING then writes nothing for
+// that row, the final SELECT sees a row fenced but not written and raises FKR01, and the
+// whole batch rolls back: fence advances included, nothing is written. Every write of the
+// batch is then re-run alone (map_batch), where the single-row statement decides the race
+// on the row that now exists. Neighbours are delayed, never failed.
+//
 // The batch statement's only sensible plan is index lookups for every row. Left to
 // itself, the plan cache goes wrong twice: a generic plan costed while the tables were
 // young seq-scans them on every batch until autovacuum re-analyzes; and since a generic
@@ -465,17 +469,6 @@ std::string batch_begin_sql() {
            "       pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)";
 }
 
-std::string claim_sql(std::string_view schema) {
-    return with_schema(
-        "INSERT INTO @S.resources AS r\n"
-        "  (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
-        "SELECT u.key, u.lock, NULL, NULL, 0, 0, true, now(), now()\n"
-        "FROM unnest($1::text[], $2::text[]) AS u(key, lock)\n"
-        "ORDER BY u.key COLLATE \"C\"\n"
-        "ON CONFLICT (key) DO NOTHING",
-        schema);
-}
-
 std::string write_batch_sql(std::string_view schema) {
     std::string s =
         "WITH i AS MATERIALIZED (\n"
@@ -487,9 +480,9 @@ std::string write_batch_sql(std::string_view schema) {
         "  SELECT r.key, r.lock, r.version, r.deleted FROM @S.resources r\n"
         "  WHERE r.key = ANY ($1::text[]) ORDER BY r.key COLLATE \"C\" FOR UPDATE\n"
         "), x AS MATERIALIZED (\n"
-        // ex: the key exists (not a tombstone, not a placeholder: those are deleted).
+        // ex: the key exists (not a tombstone); absent: it has no row at all.
         "  SELECT i.n, i.key, i.lock, i.token, i.is_delete, i.if_match, i.if_match_any,\n"
-        "         i.if_none_match, k.key IS NULL AND NOT i.is_delete AS absent,\n"
+        "         i.if_none_match, k.key IS NULL AS absent,\n"
         "         coalesce(NOT k.deleted, false) AS ex, k.lock AS row_lock,\n"
         "         k.version AS row_version\n"
         "  FROM i LEFT JOIN k ON k.key = i.key\n"
@@ -504,13 +497,18 @@ std::string write_batch_sql(std::string_view schema) {
         "), f AS (\n"
         "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
         "  SELECT c.lock, c.token, now() FROM c\n"
-        "  WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.absent\n"
+        "  WHERE NOT c.mismatch AND NOT c.pre_failed\n"
         "  ORDER BY c.lock COLLATE \"C\"\n"
         "  ";
     s += fence_upsert_tail;
     s += "  RETURNING fe.lock, fe.token\n"
+         "), u AS MATERIALIZED (\n"
+         // The rows to write: fenced, and not the delete of a key that does not exist.
+         "  SELECT c.n, c.key, c.lock, c.token, c.is_delete, c.absent, i.body, i.content_type\n"
+         "  FROM c JOIN f ON f.lock = c.lock JOIN i ON i.n = c.n\n"
+         "  WHERE NOT (c.is_delete AND NOT c.ex)\n"
          "), w AS (\n"
-         // Every row written here was locked by k; a tombstone keeps its version.
+         // Every row updated here was locked by k; a tombstone keeps its version.
          "  UPDATE @S.resources r SET lock = u.lock,\n"
          "    body = CASE WHEN u.is_delete THEN NULL ELSE u.body END,\n"
          "    content_type = CASE WHEN u.is_delete THEN NULL ELSE u.content_type END,\n"
@@ -519,34 +517,37 @@ std::string write_batch_sql(std::string_view schema) {
          "    created_at = CASE WHEN r.deleted AND NOT u.is_delete THEN now()\n"
          "                      ELSE r.created_at END,\n"
          "    updated_at = now()\n"
-         "  FROM (SELECT c.n, c.key, c.lock, c.token, c.is_delete, i.body, i.content_type\n"
-         "        FROM c JOIN f ON f.lock = c.lock JOIN i ON i.n = c.n\n"
-         "        WHERE NOT (c.is_delete AND NOT c.ex)) u\n"
-         "  WHERE r.key = u.key\n"
+         "  FROM u WHERE NOT u.absent AND r.key = u.key\n"
          "  RETURNING u.n, r.version\n"
-         "), d AS (\n"
-         // Placeholders of writes that were refused: never committed.
-         "  DELETE FROM @S.resources r USING c\n"
-         "  WHERE r.key = c.key AND NOT c.is_delete AND r.version = 0 AND r.deleted\n"
-         "    AND NOT EXISTS (SELECT 1 FROM f WHERE f.lock = c.lock)\n"
+         "), v AS (\n"
+         // New keys, in key order. A key created meanwhile by another transaction is
+         // skipped here and raised below.
+         "  INSERT INTO @S.resources AS r\n"
+         "    (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
+         "  SELECT u.key, u.lock, u.body, u.content_type, 1, u.token, false, now(), now()\n"
+         "  FROM u WHERE u.absent\n"
+         "  ORDER BY u.key COLLATE \"C\"\n"
+         "  ON CONFLICT (key) DO NOTHING\n"
+         "  RETURNING r.key, r.version\n"
          ")\n"
-         // Columns as in put_sql/delete_sql (map_write_row), plus n and absent. A row
-         // whose fence moved but whose data was not written would be a bug: raise, so
-         // the whole batch rolls back rather than commit it.
+         // Columns as in put_sql/delete_sql (map_write_row), plus n. A row whose fence
+         // moved but whose data was not written is a create race (see above): raise, so
+         // the whole batch rolls back rather than commit it, and its writes are re-run.
          "SELECT c.n, c.mismatch, c.pre_failed, c.key_lock, f.token AS applied,\n"
-         "       w.version, NOT c.ex AS created,\n"
+         "       coalesce(w.version, v.version) AS version, NOT c.ex AS created,\n"
          // seen_fence only matters for a refused row (map_write_cells): not looked up
          // for the accepted ones.
          "       CASE WHEN f.token IS NULL\n"
          "            THEN (SELECT fs.token FROM @S.fences fs WHERE fs.lock = c.lock) END\n"
          "         AS seen_fence,\n"
-         "       c.absent,\n"
-         "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex) AND w.n IS NULL\n"
+         "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex)\n"
+         "                 AND w.n IS NULL AND v.key IS NULL\n"
          "            THEN @S.fk_raise('" +
-         std::string(sqlstate_batch_bug) +
-         "', 'batch row fenced but not written') END\n"
+         std::string(sqlstate_retry) +
+         "', 'a concurrent write created the key, retry') END\n"
          "         AS unwritten\n"
          "FROM c LEFT JOIN f ON f.lock = c.lock LEFT JOIN w ON w.n = c.n\n"
+         "  LEFT JOIN v ON v.key = c.key\n"
          "ORDER BY c.n";
     return with_schema(s, schema);
 }
@@ -604,12 +605,9 @@ param_list single_write_params(const batch_item& item) {
 
 batch_params write_batch_params(const std::vector<batch_item>& items) {
     const std::size_t n = items.size();
-    std::size_t puts = 0;
-    for (const auto& it : items)
-        puts += it.is_delete ? 0 : 1;
     array_builder key(oid_text, n), lock(oid_text, n), token(oid_int8, n), body(oid_bytea, n),
         ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n), none(oid_bool, n),
-        del(oid_bool, n), claim_key(oid_text, puts), claim_lock(oid_text, puts);
+        del(oid_bool, n);
     for (const auto& it : items) {
         key.add(it.key);
         lock.add(it.lock);
@@ -621,19 +619,11 @@ batch_params write_batch_params(const std::vector<batch_item>& items) {
         any.add_bool(it.pre.if_match_any);
         none.add_bool(it.pre.if_none_match_any);
         del.add_bool(it.is_delete);
-        if (!it.is_delete) {
-            claim_key.add(it.key);
-            claim_lock.add(it.lock);
-        }
     }
     batch_params out;
     out.write.reserve(9);
     for (auto* b : {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del})
         out.write.push_back(param::owned_bytes(std::move(*b).finish()));
-    if (puts > 0) {
-        out.claim.push_back(param::owned_bytes(std::move(claim_key).finish()));
-        out.claim.push_back(param::owned_bytes(std::move(claim_lock).finish()));
-    }
     return out;
 }
 
@@ -649,7 +639,6 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::list_open, list_sql(schema, false), 3},
         {name::op_fence, op_fence_sql(schema), 2},
         {name::batch_begin, batch_begin_sql(), 0},
-        {name::claim, claim_sql(schema), 2},
         {name::write_batch, write_batch_sql(schema), 9},
     };
 }

@@ -22,9 +22,8 @@ namespace fk::store::pg::sql {
 inline constexpr int schema_version = 1;
 
 // SQLSTATEs raised by our own functions (class "FK" is unused by Postgres).
-inline constexpr std::string_view sqlstate_retry = "FKR01";     // a concurrent create raced us
-inline constexpr std::string_view sqlstate_stale = "FKST1";     // operation fence step: stale
-inline constexpr std::string_view sqlstate_batch_bug = "FKB01"; // batch row fenced, not written
+inline constexpr std::string_view sqlstate_retry = "FKR01"; // a concurrent create raced us
+inline constexpr std::string_view sqlstate_stale = "FKST1"; // operation fence step: stale
 
 // Prepared statement names (per connection).
 namespace name {
@@ -38,7 +37,6 @@ inline constexpr const char* list_bounded = "fk_list_bounded";
 inline constexpr const char* list_open = "fk_list_open";
 inline constexpr const char* op_fence = "fk_op_fence";
 inline constexpr const char* batch_begin = "fk_batch_begin";
-inline constexpr const char* claim = "fk_claim";
 inline constexpr const char* write_batch = "fk_write_batch";
 } // namespace name
 
@@ -87,18 +85,14 @@ std::string op_fence_sql(std::string_view schema);
 
 // Group commit (issue 6; the lock-order argument is in sql.cpp and docs/postgres.md). A
 // batch of writes to distinct keys and distinct locks is one pipeline in one implicit
-// transaction: [batch_begin_sql, claim_sql, write_batch_sql, Sync].
+// transaction: [batch_begin_sql, write_batch_sql, Sync].
 //   batch_begin_sql: index-only generic plans in this transaction (see sql.cpp for why).
-//   claim_sql($1 key[], $2 lock[]): inserts a placeholder row (version 0, deleted) for
-//     each PUT key that has no row yet, in key order, so that every key the batch writes
-//     has a row the next statement can lock. Placeholders are never committed: the
-//     batch turns each into a real row or deletes it.
 //   write_batch_sql($1 key[], $2 lock[], $3 token[], $4 body[], $5 content_type[],
 //     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[]):
 //     per row, the same checks and fence step as put_sql/delete_sql, each row fenced on
-//     its own; one result row per input row, in input order (map_batch).
+//     its own; updates the keys that have a row and inserts the others; one result row
+//     per input row, in input order (map_batch).
 std::string batch_begin_sql();
-std::string claim_sql(std::string_view schema);
 std::string write_batch_sql(std::string_view schema);
 
 // For the benchmark (issue 6, scripts/bench/pg_fenced_upsert.sql): put_sql with $1..$8
@@ -152,7 +146,6 @@ struct batch_item {
     fence::preconditions pre;
 };
 struct batch_params {
-    param_list claim; // empty when the batch has no PUT (then claim_sql is not sent)
     param_list write;
 };
 // Arrays in binary format (no quoting, bodies as raw bytes).

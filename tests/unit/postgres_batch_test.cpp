@@ -59,7 +59,7 @@ result_table batch_table(std::vector<std::vector<std::optional<std::string>>> ro
     result_table t;
     t.st = result_table::status::tuples_ok;
     for (const char* c : {"n", "mismatch", "pre_failed", "key_lock", "applied", "version",
-                          "created", "seen_fence", "absent", "unwritten"})
+                          "created", "seen_fence", "unwritten"})
         t.columns.push_back({c, 0});
     t.rows = std::move(rows);
     return t;
@@ -101,7 +101,7 @@ fake_ptr w(std::string key, std::string lock) {
 
 } // namespace
 
-TEST_CASE("batch statement: key rows locked in key order before fences in lock order") {
+TEST_CASE("batch statement: key rows locked in key order, fences in lock order, then new keys") {
     const auto s = sql::write_batch_sql("fk");
     CHECK(s.rfind("WITH i AS MATERIALIZED", 0) == 0);
     CHECK(s.find(';') == std::string::npos);
@@ -109,35 +109,35 @@ TEST_CASE("batch statement: key rows locked in key order before fences in lock o
     const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
     const auto fence_order = pos(s, "ORDER BY c.lock COLLATE \"C\"");
     const auto data = pos(s, "UPDATE \"fk\".resources r SET");
+    const auto creates = pos(s, "INSERT INTO \"fk\".resources AS r");
+    const auto create_order = pos(s, "ORDER BY u.key COLLATE \"C\"");
     CHECK(keys < fences);
     CHECK(fences < fence_order);
     CHECK(fence_order < data);
+    CHECK(data < creates);
+    CHECK(creates < create_order);
     // Each row's fence step depends on that row's own checks only.
-    pos(s, "WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.absent");
+    pos(s, "WHERE NOT c.mismatch AND NOT c.pre_failed\n");
     pos(s, "WHERE fe.token <= EXCLUDED.token");
-    // Data only for rows whose fence step returned a row.
+    // Data only for rows whose fence step returned a row; updates only of locked rows,
+    // inserts only of absent keys, never over a row created meanwhile.
     pos(s, "FROM c JOIN f ON f.lock = c.lock");
-    // Refused creates leave no placeholder; results in input order.
-    pos(s, "r.version = 0 AND r.deleted");
+    pos(s, "FROM u WHERE NOT u.absent AND r.key = u.key");
+    pos(s, "FROM u WHERE u.absent\n");
+    CHECK(pos(s, "ON CONFLICT (key) DO NOTHING") > create_order);
+    // No placeholder rows any more; results in input order; a fenced row left unwritten
+    // (a create race) rolls the batch back with the retry state.
+    CHECK(s.find("version = 0") == std::string::npos);
+    CHECK(s.find("DELETE") == std::string::npos);
     pos(s, "WITH ORDINALITY");
     CHECK(s.ends_with("\nORDER BY c.n"));
-    pos(s, "fk_raise('FKB01'");
+    pos(s, "AND w.n IS NULL AND v.key IS NULL");
+    pos(s, "fk_raise('FKR01'");
     CHECK(s.find("$9::boolean[]") != std::string::npos);
     CHECK(s.find("$10") == std::string::npos);
-}
-
-TEST_CASE("claim statement: placeholders in key order, never over an existing row") {
-    const auto s = sql::claim_sql("fk");
-    pos(s, "SELECT u.key, u.lock, NULL, NULL, 0, 0, true");
-    pos(s, "ORDER BY u.key COLLATE \"C\"");
-    CHECK(s.ends_with("\nON CONFLICT (key) DO NOTHING"));
-    const auto all = sql::prepared_statements("fk");
-    bool claim = false, batch = false;
-    for (const auto& st : all) {
-        claim |= std::string(st.name) == sql::name::claim && st.nparams == 2;
+    bool batch = false;
+    for (const auto& st : sql::prepared_statements("fk"))
         batch |= std::string(st.name) == sql::name::write_batch && st.nparams == 9;
-    }
-    CHECK(claim);
     CHECK(batch);
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("batch transaction plans index lookups, for itself only") {
               "set_config('plan_cache_mode', 'force_generic_plan', true)") != std::string::npos);
     // Leading statements' results must all be there and fine.
     const std::vector<batch_row> rows{{1, true}};
-    auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null}});
+    auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, null}});
     CHECK(map_batch(pipeline({ok(result_table::status::tuples_ok), ok(), t,
                               ok(result_table::status::pipeline_sync)}),
                     rows, 2)[0]
@@ -205,7 +205,7 @@ TEST_CASE("array_builder: one dimension, lower bound 1, big-endian lengths and v
     CHECK(decode_array(std::move(e).finish(), sql::oid_text).empty());
 }
 
-TEST_CASE("write_batch_params: arrays in input order, bodies verbatim, claim only for PUTs") {
+TEST_CASE("write_batch_params: arrays in input order, bodies verbatim") {
     std::vector<sql::batch_item> items(3);
     items[0].key = "a";
     items[0].lock = "L1";
@@ -239,23 +239,18 @@ TEST_CASE("write_batch_params: arrays in input order, bodies verbatim, claim onl
           std::vector<std::string>{std::string(1, '\0'), std::string(1, '\0'), "\1"});
     CHECK(decode_array(*p.write[8].text, sql::oid_bool) ==
           std::vector<std::string>{std::string(1, '\0'), "\1", std::string(1, '\0')});
-    REQUIRE(p.claim.size() == 2);
-    CHECK(decode_array(*p.claim[0].text, sql::oid_text) == std::vector<std::string>{"a", "c"});
-    CHECK(decode_array(*p.claim[1].text, sql::oid_text) == std::vector<std::string>{"L1", "L3"});
-    // Deletes only: nothing to claim.
-    CHECK(sql::write_batch_params({items[1]}).claim.empty());
 }
 
 TEST_CASE("map_batch: every row its own outcome, mapped back in order") {
     const std::vector<batch_row> rows{{10, true},  {10, true}, {10, true},
                                       {10, false}, {10, true}, {10, true}};
     auto t = batch_table({
-        {"1", "f", "f", null, "10", "3", "f", "9", "f", null},     // applied, replaced
-        {"2", "f", "f", null, null, null, "t", "12", "f", null},   // stale
-        {"3", "t", "f", "other", null, null, "f", "5", "f", null}, // lock_mismatch
-        {"4", "f", "f", null, "10", null, "f", "10", "f", null},   // delete applied
-        {"5", "f", "t", null, null, null, "f", "9", "f", null},    // precondition failed
-        {"6", "f", "f", null, null, null, "t", null, "t", null},   // absent: claim again
+        {"1", "f", "f", null, "10", "3", "f", "9", null},     // applied, replaced
+        {"2", "f", "f", null, null, null, "t", "12", null},   // stale
+        {"3", "t", "f", "other", null, null, "f", "5", null}, // lock_mismatch
+        {"4", "f", "f", null, "10", null, "f", "10", null},   // delete applied
+        {"5", "f", "t", null, null, null, "f", "9", null},    // precondition failed
+        {"6", "f", "f", null, "10", "1", "t", null, null},    // created
     });
     auto maps = map_batch(pipeline({ok(), t, ok(result_table::status::pipeline_sync)}), rows, 1);
     REQUIRE(maps.size() == 6);
@@ -268,15 +263,16 @@ TEST_CASE("map_batch: every row its own outcome, mapped back in order") {
     CHECK(maps[2].result.lock == "other");
     CHECK(maps[3].result.error == errc::ok);
     CHECK(maps[4].result.error == errc::precondition_failed);
-    CHECK(maps[5].retry);
-    CHECK_FALSE(maps[5].alone);
-    for (int i = 0; i < 5; ++i)
-        CHECK_FALSE(maps[static_cast<std::size_t>(i)].retry);
+    CHECK(maps[5].result.error == errc::ok);
+    CHECK(maps[5].result.created);
+    CHECK(maps[5].result.version == 1);
+    for (const auto& m : maps)
+        CHECK_FALSE(m.retry);
 }
 
 TEST_CASE("map_batch: a fence newer than the snapshot is a per-row retry") {
-    auto t = batch_table({{"1", "f", "f", null, null, null, "t", "4", "f", null},
-                          {"2", "f", "f", null, "5", "1", "t", null, "f", null}});
+    auto t = batch_table({{"1", "f", "f", null, null, null, "t", "4", null},
+                          {"2", "f", "f", null, "5", "1", "t", null, null}});
     auto maps = map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}),
                           {{5, true}, {5, true}}, 0);
     CHECK(maps[0].retry);
@@ -286,7 +282,7 @@ TEST_CASE("map_batch: a fence newer than the snapshot is a per-row retry") {
 
 TEST_CASE("map_batch: a server error aborts the batch; rows are re-run one at a time") {
     const std::vector<batch_row> two{{1, true}, {2, true}};
-    for (const char* state : {"40P01", "23505", "FKB01", "57014"}) {
+    for (const char* state : {"40P01", "23505", "FKR01", "57014"}) {
         CAPTURE(state);
         auto maps = map_batch(
             pipeline({ok(), server_error(state), ok(result_table::status::pipeline_aborted),
@@ -306,7 +302,7 @@ TEST_CASE("map_batch: a server error aborts the batch; rows are re-run one at a 
                   false);
     CHECK_FALSE(m[0].retry);
     CHECK(m[0].result.error == errc::unavailable);
-    m = map_batch(pipeline({server_error("FKB01"), ok(result_table::status::pipeline_sync)}), one,
+    m = map_batch(pipeline({server_error("XX000"), ok(result_table::status::pipeline_sync)}), one,
                   false);
     CHECK(m[0].result.error == errc::internal);
     // Even when the connection died afterwards: the error proves the rollback.
@@ -329,7 +325,7 @@ TEST_CASE("map_batch: transport failures are every row's, 503 before the Sync le
     for (auto t : {tr::failed_after_send, tr::timeout_after_send}) {
         exec_outcome o;
         o.t = t;
-        o.results.push_back(ok()); // the claim's result arrived, the batch's did not
+        o.results.push_back(ok()); // the begin's result arrived, the batch's did not
         for (const auto& m : map_batch(o, rows, 1)) {
             CHECK_FALSE(m.retry);
             CHECK(m.result.error == errc::outcome_unknown);
@@ -340,17 +336,17 @@ TEST_CASE("map_batch: transport failures are every row's, 503 before the Sync le
 TEST_CASE("map_batch: a malformed answer is never a success") {
     const std::vector<batch_row> rows{{1, true}, {2, true}};
     // One row missing.
-    auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null}});
+    auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, null}});
     for (const auto& m : map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, 0))
         CHECK(m.result.error == errc::internal);
     // Rows out of order.
-    t = batch_table({{"2", "f", "f", null, "1", "1", "t", null, "f", null},
-                     {"1", "f", "f", null, "2", "1", "t", null, "f", null}});
+    t = batch_table({{"2", "f", "f", null, "1", "1", "t", null, null},
+                     {"1", "f", "f", null, "2", "1", "t", null, null}});
     for (const auto& m : map_batch(pipeline({t, ok(result_table::status::pipeline_sync)}), rows, 0))
         CHECK(m.result.error == errc::internal);
     // No Sync at the end.
-    t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, "f", null},
-                     {"2", "f", "f", null, "2", "1", "t", null, "f", null}});
+    t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, null},
+                     {"2", "f", "f", null, "2", "1", "t", null, null}});
     for (const auto& m : map_batch(pipeline({t}), rows, 0))
         CHECK(m.result.error == errc::internal);
 }
