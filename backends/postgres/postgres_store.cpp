@@ -411,7 +411,7 @@ private:
         const auto params = pg::sql::write_batch_params(items);
         static const pg::sql::param_list none;
         std::vector<pg::detail::pipeline_step> steps{{pg::sql::name::batch_begin, &none},
-                                                     {pg::sql::name::write_batch, &params.write}};
+                                                     {pg::sql::name::write_batch, &params}};
         auto o = co_await c->exec_pipeline(steps, timeout);
         co_return pg::map_batch(o, rows, steps.size() - 1);
     }

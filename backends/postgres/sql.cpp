@@ -603,7 +603,7 @@ param_list single_write_params(const batch_item& item) {
     return out;
 }
 
-batch_params write_batch_params(const std::vector<batch_item>& items) {
+param_list write_batch_params(const std::vector<batch_item>& items) {
     const std::size_t n = items.size();
     array_builder key(oid_text, n), lock(oid_text, n), token(oid_int8, n), body(oid_bytea, n),
         ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n), none(oid_bool, n),
@@ -620,10 +620,10 @@ batch_params write_batch_params(const std::vector<batch_item>& items) {
         none.add_bool(it.pre.if_none_match_any);
         del.add_bool(it.is_delete);
     }
-    batch_params out;
-    out.write.reserve(9);
+    param_list out;
+    out.reserve(9);
     for (auto* b : {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del})
-        out.write.push_back(param::owned_bytes(std::move(*b).finish()));
+        out.push_back(param::owned_bytes(std::move(*b).finish()));
     return out;
 }
 

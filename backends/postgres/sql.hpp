@@ -145,11 +145,8 @@ struct batch_item {
     std::string_view content_type;
     fence::preconditions pre;
 };
-struct batch_params {
-    param_list write;
-};
 // Arrays in binary format (no quoting, bodies as raw bytes).
-batch_params write_batch_params(const std::vector<batch_item>& items);
+param_list write_batch_params(const std::vector<batch_item>& items);
 // A batch of one goes out as the single-row statement (put_sql / delete_sql): measured,
 // it costs the database a third of the batch pipeline's CPU for one row.
 param_list single_write_params(const batch_item& item);

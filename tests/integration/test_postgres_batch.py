@@ -310,11 +310,7 @@ def stuck_batch_then_another(config, while_stuck):
     try:
         ta.start()
         # a's batch is in the database, waiting for the fence row.
-        deadline = time.monotonic() + 20
-        while int(fk.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                          "'Lock' AND query LIKE '%%%s%%'" % store.schema)) < 1:
-            check(time.monotonic() < deadline, "a's write never waited for the row lock")
-            time.sleep(0.05)
+        wait_for_lock_wait("%%%s%%" % store.schema, "a's write never waited for the row lock")
         sent_at = time.monotonic()
         tb.start()
         while_stuck(ta, tb, results, sent_at)

@@ -223,21 +223,20 @@ TEST_CASE("write_batch_params: arrays in input order, bodies verbatim") {
     items[2].pre.if_none_match_any = true;
     items[2].pre.if_match = 0; // never matches: stays failing
     const auto p = sql::write_batch_params(items);
-    REQUIRE(p.write.size() == 9);
-    for (const auto& prm : p.write)
+    REQUIRE(p.size() == 9);
+    for (const auto& prm : p)
         CHECK(prm.is_binary);
-    CHECK(decode_array(*p.write[0].text, sql::oid_text) == std::vector<std::string>{"a", "b", "c"});
-    CHECK(decode_array(*p.write[1].text, sql::oid_text) ==
-          std::vector<std::string>{"L1", "L2", "L3"});
-    CHECK(decode_array(*p.write[3].text, sql::oid_bytea)[0] == std::string("x\0y", 3));
-    CHECK(decode_array(*p.write[3].text, sql::oid_bytea)[1].empty());
-    const auto if_match = decode_array(*p.write[5].text, sql::oid_int8);
+    CHECK(decode_array(*p[0].text, sql::oid_text) == std::vector<std::string>{"a", "b", "c"});
+    CHECK(decode_array(*p[1].text, sql::oid_text) == std::vector<std::string>{"L1", "L2", "L3"});
+    CHECK(decode_array(*p[3].text, sql::oid_bytea)[0] == std::string("x\0y", 3));
+    CHECK(decode_array(*p[3].text, sql::oid_bytea)[1].empty());
+    const auto if_match = decode_array(*p[5].text, sql::oid_int8);
     CHECK(if_match[0] == std::string(8, '\0')); // none
     CHECK(if_match[1] == std::string("\0\0\0\0\0\0\0\3", 8));
     CHECK(if_match[2] == std::string(8, '\xff')); // -1
-    CHECK(decode_array(*p.write[7].text, sql::oid_bool) ==
+    CHECK(decode_array(*p[7].text, sql::oid_bool) ==
           std::vector<std::string>{std::string(1, '\0'), std::string(1, '\0'), "\1"});
-    CHECK(decode_array(*p.write[8].text, sql::oid_bool) ==
+    CHECK(decode_array(*p[8].text, sql::oid_bool) ==
           std::vector<std::string>{std::string(1, '\0'), "\1", std::string(1, '\0')});
 }
 
