@@ -8,6 +8,7 @@
 // advance is checked with fence::check_write / fence::accepts and applied in one atomic
 // step; a result with error == ok is returned only once data and fence are durable.
 
+#include "backends/commit_stats.hpp"
 #include "backends/net.hpp"
 #include "fence/error.hpp"
 #include "fence/rule.hpp"
@@ -123,6 +124,9 @@ public:
 
     // /readyz: the store can take requests now.
     virtual bool ready() const noexcept = 0;
+    // Group-commit batch sizes (fencekeeper_store_batch_size); null when the store does
+    // not batch. Lives as long as the store.
+    virtual const commit_stats* batches() const noexcept { return nullptr; }
     // Called once, after the HTTP side has drained: finish or fail pending work, stop
     // background threads and timers. Requests after stop() get unavailable.
     virtual void stop() = 0;

@@ -124,6 +124,7 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
 
     proxy::metrics stats{FK_VERSION};
     stats.set_store_ready_probe([s = store.get()] { return s->ready(); });
+    stats.set_batch_stats(store->batches());
     proxy::limiter connections{settings.http.max_connections};
     proxy::limiter inflight{settings.http.max_inflight_requests};
     const proxy::session_services services{*store, settings, stats, auth, connections, inflight};

@@ -110,6 +110,29 @@ constexpr std::array<bucket_bound, 8> gap_buckets = {{
     {1'000'000, "1000000"},
 }};
 
+// Writes per group commit; the bounds are store::commit_stats::bounds.
+constexpr std::array<bucket_bound, 11> batch_buckets = {{
+    {1, "1"},
+    {2, "2"},
+    {4, "4"},
+    {8, "8"},
+    {16, "16"},
+    {32, "32"},
+    {64, "64"},
+    {128, "128"},
+    {256, "256"},
+    {512, "512"},
+    {1024, "1024"},
+}};
+static_assert([] {
+    if (batch_buckets.size() != store::commit_stats::bounds.size())
+        return false;
+    for (std::size_t i = 0; i < batch_buckets.size(); ++i)
+        if (batch_buckets[i].upper != store::commit_stats::bounds[i])
+            return false;
+    return true;
+}());
+
 template <std::size_t N>
 std::size_t bucket_of(const std::array<bucket_bound, N>& bounds, std::uint64_t v) noexcept {
     std::size_t i = 0;
@@ -375,6 +398,10 @@ void metrics::set_store_ready_probe(std::function<bool()> probe) {
     store_ready_ = std::move(probe);
 }
 
+void metrics::set_batch_stats(const store::commit_stats* stats) noexcept {
+    batch_stats_ = stats;
+}
+
 metrics::gauge_guard& metrics::gauge_guard::operator=(gauge_guard&& o) noexcept {
     if (this != &o) {
         reset();
@@ -544,6 +571,16 @@ std::string metrics::render() const {
     append_series(out, "fencekeeper_shed_requests_total", {});
     append_uint(out, shed);
     out += '\n';
+
+    if (batch_stats_ != nullptr) {
+        const auto b = batch_stats_->read();
+        append_header(out, "fencekeeper_store_batch_size", "histogram",
+                      "Writes per store commit (group commit): PUTs and DELETEs per Postgres "
+                      "transaction, PUTs, DELETEs and fence advances per file-store journal "
+                      "commit.");
+        append_histogram(out, "fencekeeper_store_batch_size", {}, batch_buckets, b.buckets,
+                         static_cast<double>(b.writes));
+    }
 
     if (store_ready_) {
         append_header(out, "fencekeeper_store_ready", "gauge",

@@ -12,6 +12,7 @@
 // Cheap to include: no Boost, no router.hpp (the route enum is declared opaquely here
 // and defined in proxy/router.hpp).
 
+#include "backends/commit_stats.hpp"
 #include "fence/error.hpp"
 
 #include <array>
@@ -114,6 +115,9 @@ public:
     // store_ready gauge (0/1), asked at every render(). Set once before serving; without
     // a probe the gauge is not exported. The probe must be cheap and thread-safe.
     void set_store_ready_probe(std::function<bool()> probe);
+    // store_batch_size histogram, read at every render(). Set once before serving; null
+    // (the default) leaves the family out. Must outlive this object's renders.
+    void set_batch_stats(const store::commit_stats* stats) noexcept;
 
     // The Prometheus text exposition format 0.0.4
     // (Content-Type: text/plain; version=0.0.4; charset=utf-8).
@@ -148,6 +152,7 @@ private:
     std::unique_ptr<shard[]> shards_;
     std::string version_;
     std::function<bool()> store_ready_;
+    const store::commit_stats* batch_stats_ = nullptr;
 };
 
 } // namespace fk::proxy

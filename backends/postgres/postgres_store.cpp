@@ -167,6 +167,7 @@ public:
     }
 
     bool ready() const noexcept { return ready_.load(std::memory_order_acquire); }
+    const commit_stats& commit_sizes() const noexcept { return commit_sizes_; }
     bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
 
     const op_entry* find_op(const std::string& name) const {
@@ -355,6 +356,7 @@ private:
             auto batch = batches_.take();
             if (batch.empty())
                 break;
+            commit_sizes_.observe(batch.size());
             ++batches_in_flight_;
             newest_batch_start_ = std::chrono::steady_clock::now();
             spawn_runner_if_needed();
@@ -667,6 +669,7 @@ private:
     std::size_t queue_limit_;
     bool runner_waiting_ = false;                              // pool strand only
     std::size_t batch_runners_ = 0;                            // pool strand only
+    commit_stats commit_sizes_;                                // writes per batch (metrics)
     std::size_t max_batch_runners_;                            // postgres.batch_concurrency
     std::size_t batch_max_;                                    // postgres.batch_max
     std::chrono::steady_clock::duration batch_overlap_;        // postgres.batch_overlap_ms
@@ -778,6 +781,7 @@ public:
     }
 
     bool ready() const noexcept override { return core_->ready(); }
+    const commit_stats* batches() const noexcept override { return &core_->commit_sizes(); }
     void stop() override { core_->stop(); }
 
 private:

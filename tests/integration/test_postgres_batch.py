@@ -51,6 +51,18 @@ def run_together(n, fn):
     return fk.parallel(one, n)
 
 
+def batch_metrics(client):
+    """(batches, writes) so far: fencekeeper_store_batch_size's _count and _sum."""
+    r = client.request("GET", "/metrics")
+    expect_status(r, 200, "/metrics")
+    values = {}
+    for line in r.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("fencekeeper_store_batch_size_count", "fencekeeper_store_batch_size_sum"):
+            values[name] = int(float(value))
+    return values["fencekeeper_store_batch_size_count"], values["fencekeeper_store_batch_size_sum"]
+
+
 def sql_rows(query):
     out = fk.psql(query).strip()
     return [line.split("|") for line in out.splitlines() if line]
@@ -59,6 +71,8 @@ def sql_rows(query):
 def test_one_batch_holds_stale_fresh_refused_and_deleted_writes():
     store, p1, p2 = start_pair()
     schema = fk.psql("SELECT quote_ident('%s')" % store.schema).strip()
+    with p1.client() as c:
+        batches_before = batch_metrics(c)
     for rnd in range(ROUNDS):
         key = lambda i: "r%d/k%02d" % (rnd, i)
         lock = lambda i: "r%d/L%02d" % (rnd, i)
@@ -123,6 +137,13 @@ def test_one_batch_holds_stale_fresh_refused_and_deleted_writes():
         print("  round %d: %s writes committed in %s transactions" % (rnd, written[0], written[1]))
     eq(sql_rows("SELECT count(*) FROM %s.resources WHERE version = 0" % schema), [["0"]],
        "no row without a version")
+    # /metrics: every write through p1 reached its batches (the stale ones too: p1's cache
+    # did not know the raised fences), in fewer commits than writes.
+    with p1.client() as c:
+        batches, writes = [a - b for a, b in zip(batch_metrics(c), batches_before)]
+    eq(writes, ROUNDS * 2 * N, "fencekeeper_store_batch_size_sum: writes through p1's batches")
+    check(batches < writes, "fencekeeper_store_batch_size_count %d: no batch formed" % batches)
+    print("  metrics: %d writes in %d batches" % (writes, batches))
 
 
 def test_creates_racing_on_one_new_key_under_different_locks():

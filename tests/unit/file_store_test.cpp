@@ -332,6 +332,8 @@ TEST_CASE("many concurrent puts on many locks all succeed") {
 TEST_CASE("one batch: a stale write next to a fresh one on the same lock") {
     fixture f;
     REQUIRE(f.advance("L", 2).error == errc::ok);
+    REQUIRE(f.s->batches() != nullptr);
+    const auto before = f.s->batches()->read();
     std::optional<write_result> fresh, stale;
     auto base = detail::enqueued_for_tests();
     detail::set_commit_hold_for_tests(true);
@@ -361,6 +363,11 @@ TEST_CASE("one batch: a stale write next to a fresh one on the same lock") {
     CHECK(f.get("k1").body == "fresh");
     CHECK(f.get("k2").error == errc::not_found);
     CHECK_FALSE(std::filesystem::exists(f.dir.path / "root" / "objects" / "k2"));
+    // The metrics saw one commit of two writes (the bucket "le 2", not cumulative).
+    const auto after = f.s->batches()->read();
+    CHECK(after.writes - before.writes == 2);
+    for (std::size_t i = 0; i < after.buckets.size(); ++i)
+        CHECK(after.buckets[i] - before.buckets[i] == (i == 1 ? 1U : 0U));
 }
 
 TEST_CASE("a failed fsync puts the store in the failed state") {

@@ -217,6 +217,35 @@ TEST_CASE("gauges, guards, rejections, sheds and the readiness probe") {
     CHECK(e.value("fencekeeper_store_ready") == 1);
 }
 
+TEST_CASE("batch sizes: absent without a store's stats, then one bucket per commit") {
+    metrics m;
+    CHECK_FALSE(scrape(m).families.contains("fencekeeper_store_batch_size"));
+
+    fk::store::commit_stats stats;
+    m.set_batch_stats(&stats);
+    auto e = scrape(m);
+    CHECK(e.families.at("fencekeeper_store_batch_size").type == "histogram");
+    CHECK(e.count("fencekeeper_store_batch_size_bucket") == 12);
+    CHECK(e.value("fencekeeper_store_batch_size_count") == 0);
+
+    for (std::size_t n : {1, 2, 3, 16, 17, 64, 1024, 1025, 5000})
+        stats.observe(n);
+    e = scrape(m);
+    const char* b = "fencekeeper_store_batch_size_bucket";
+    CHECK(e.value(b, {{"le", "1"}}) == 1);
+    CHECK(e.value(b, {{"le", "2"}}) == 2);
+    CHECK(e.value(b, {{"le", "4"}}) == 3);
+    CHECK(e.value(b, {{"le", "8"}}) == 3);
+    CHECK(e.value(b, {{"le", "16"}}) == 4);
+    CHECK(e.value(b, {{"le", "32"}}) == 5);
+    CHECK(e.value(b, {{"le", "64"}}) == 6);
+    CHECK(e.value(b, {{"le", "1024"}}) == 7);
+    CHECK(e.value(b, {{"le", "+Inf"}}) == 9);
+    CHECK(e.value("fencekeeper_store_batch_size_count") == 9);
+    CHECK(e.value("fencekeeper_store_batch_size_sum") ==
+          1 + 2 + 3 + 16 + 17 + 64 + 1024 + 1025 + 5000);
+}
+
 TEST_CASE("label values are escaped and round-trip") {
     const std::string version = "a\"b\\c\nd";
     metrics m(version);

@@ -122,6 +122,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         reply_all();
         return;
     }
+    commit_sizes_.observe(batch.size());
 
     // 1. Decide, in FIFO order, against committed state overlaid with earlier accepted
     //    items of this batch. Only this thread writes fences_/keys_, so reading them

@@ -97,6 +97,7 @@ public:
     net::awaitable<fence_result> read_fence(std::string lock) override;
     net::awaitable<list_result> list_fences(list_request req) override;
     bool ready() const noexcept override;
+    const commit_stats* batches() const noexcept override { return &commit_sizes_; }
     void stop() override;
 
 private:
@@ -168,6 +169,7 @@ private:
     std::deque<std::unique_ptr<pending>> queue_;
     bool committer_exit_ = false; // guarded by queue_mutex_
     bool committer_gone_ = false; // guarded by queue_mutex_
+    commit_stats commit_sizes_;   // items per committed batch (metrics)
 
     net::thread_pool pool_;
     std::thread committer_;
