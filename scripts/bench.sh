@@ -11,6 +11,10 @@
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
 #            --only "P S"   measure only these scenarios (never writes docs/)
 #            --lat-rate R   open-loop latency at R req/s instead of 70% of peak (never writes docs/)
+#            --profile      also profile P and F at each client count: one extra fencekeeper
+#                           run each with CPU split, batch sizes, WAL flushes, and (when
+#                           `perf` can record here) where the CPU time goes by process,
+#                           library and system call; installs linux-perf
 #
 # Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
 # fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
@@ -43,6 +47,7 @@ stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
 only="P F S H"
 lat_rate=""
+profile=0
 while (($#)); do
     case "$1" in
         --quick) quick=1 ;;
@@ -56,7 +61,8 @@ while (($#)); do
         --only) only="$2"; docs=0; shift ;;
         --lat-rate) lat_rate="$2"; docs=0; shift ;;
         --no-docs) docs=0 ;;
-        -h|--help) sed -n "2,28p" "$0"; exit 0 ;;
+        --profile) profile=1 ;;
+        -h|--help) sed -n "2,32p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -92,6 +98,7 @@ if ! installed libboost1.81-dev; then
     v="$(dpkg-query -W -f='${Version}' libboost-dev 2>/dev/null || true)"
     installed libboost-dev && dpkg --compare-versions "${v:-0}" ge 1.81 || missing+=(libboost1.81-dev)
 fi
+((profile)) && { installed linux-perf || missing+=(linux-perf); }
 if ! { installed nginx-light || installed nginx || installed nginx-core || installed nginx-full ||
        installed nginx-extras; }; then
     missing+=(nginx-light)
@@ -200,6 +207,8 @@ pg_settings="-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir/sock -c max_co
 # the middle of a measurement; min_wal_size makes the CHECKPOINT before the latency runs
 # recycle the segments written so far (see there).
 pg_settings+=" -c shared_buffers=256MB -c max_wal_size=16GB -c min_wal_size=8GB -c checkpoint_timeout=60min"
+# --profile reports the time spent in WAL flushes (pg_stat_wal.wal_sync_time).
+((profile)) && pg_settings+=" -c track_wal_io_timing=on"
 pg_settings+=" ${FK_BENCH_PG_EXTRA:-}"
 log "starting Postgres on 127.0.0.1:$pg_port"
 runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 \
@@ -418,6 +427,169 @@ for r in $(seq "$rounds"); do
         nginx_side H "$c" "$r"
     done
 done
+
+# --- profile (--profile): where the time goes in P and F ------------------------------------
+# One more fencekeeper run per scenario and client count, after the rounds and outside
+# every ratio, with the same load. It records the machine's CPU split (/proc/stat), the
+# CPU per write of fencekeeper, of Postgres and of everything else (the load generator
+# and kernel threads), the group-commit batches fencekeeper formed (its
+# fencekeeper_store_batch_size metric), for P the WAL flushes (pg_stat_wal), and with
+# `perf` a system-wide sample of where the CPU time went.
+cpu_jiffies() {   # user sys iowait idle total, summed over all CPUs
+    awk '$1 == "cpu" { print $2 + $3, $4 + $7 + $8, $6, $5, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+batch_metrics() {   # PORT -> "batches writes"
+    curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+        $1 == "fencekeeper_store_batch_size_count" { c = $2 }
+        $1 == "fencekeeper_store_batch_size_sum" { s = $2 }
+        END { printf "%d %d\n", c, s }'
+}
+wal_syncs() { psql_ -d postgres -tA -F' ' -c "SELECT wal_sync, wal_sync_time FROM pg_stat_wal"; }
+# perf_split FILE [COMM] -> "name pct, name pct, ..." (the largest shares: without COMM, of
+# all samples by process; with COMM, of that command's samples by library). perf's own
+# --comm filter is not used: it drops kernel samples from a by-library view.
+perf_split() {
+    local file=$1 comm=${2:-}
+    perf report -i "$file" --stdio --no-children --sort comm,dso -g none 2>/dev/null \
+        | awk -v want="$comm" '
+            /^ *[0-9.]+%/ {
+                pct = $1 + 0; c = $2; d = $3
+                if (want == "") {
+                    name = c
+                    if (name ~ /^swapper/) name = "idle"
+                    else if (name ~ /^(kworker|jbd2|ksoftirqd|rcu|migration|kthreadd|khugepaged|kcompactd|kdamond)/) name = "kernel threads"
+                } else {
+                    if (c != want) next
+                    name = d
+                    if (name ~ /kernel/) name = "kernel"
+                    else if (name ~ /^libc[.-]/) name = "libc"
+                    else if (name ~ /^libstdc/) name = "libstdc++"
+                    else if (name ~ /^libpq/) name = "libpq"
+                }
+                sum[name] += pct; total += pct
+            }
+            END {
+                n = 0
+                for (k in sum) {
+                    sum[k] = want == "" ? sum[k] : 100 * sum[k] / total
+                    if (sum[k] >= 0.5) keys[++n] = k
+                }
+                for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                    if (sum[keys[j]] > sum[keys[i]]) { t = keys[i]; keys[i] = keys[j]; keys[j] = t }
+                out = ""
+                for (i = 1; i <= n && i <= 8; i++)
+                    out = out (i > 1 ? ", " : "") sprintf("%s %.1f%%", keys[i], sum[keys[i]])
+                print out
+            }'
+}
+# perf_syscalls FILE COMM -> "renameat 20.1%, openat 17.0%, ..." (share of COMM's samples
+# spent inside each system call, what it calls included; the kernel's entry points are
+# __x64_sys_NAME or, for some calls, only __sys_NAME)
+perf_syscalls() {
+    perf report -i "$1" --stdio --children --sort comm,sym -g none 2>/dev/null \
+        | awk -v want="$2" '
+            /^ *[0-9.]+%/ && $3 == want {
+                self += $2
+                if ($4 == "[k]" && match($5, /^(__x64_sys_|__ia32_sys_|__sys_|__do_sys_)/)) {
+                    name = substr($5, RLENGTH + 1)
+                    if ($1 + 0 > v[name]) v[name] = $1 + 0
+                }
+            }
+            END {
+                n = 0
+                for (k in v) keys[++n] = k
+                for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                    if (v[keys[j]] > v[keys[i]]) { t = keys[i]; keys[i] = keys[j]; keys[j] = t }
+                out = ""
+                for (i = 1; i <= n && i <= 8 && self > 0; i++)
+                    if (100 * v[keys[i]] / self >= 0.5)
+                        out = out (i > 1 ? ", " : "") sprintf("%s %.1f%%", keys[i], 100 * v[keys[i]] / self)
+                print out
+            }'
+}
+prof="$results/profile.tsv"
+printf 'scenario\tclients\tname\tvalue\n' >"$prof"
+perf_ok=0
+if ((profile)); then
+    if perf record -q -a -o "$tmp/perf-probe.data" -- sleep 0.2 >"$tmp/perf-probe.log" 2>&1; then
+        perf_ok=1
+    else
+        problem "profile: perf cannot record system-wide here ($(tail -n 1 "$tmp/perf-probe.log")); the profile has no perf part"
+    fi
+fi
+profile_run() {   # SCEN PID PORT CLIENTS
+    local scen=$1 pid=$2 port=$3 c=$4
+    local data="$tmp/perf-$scen-$c.data" perf_pid="" t0 t1 d0=0 d1=0 w0="0 0" w1="0 0" b0 b1
+    local s0 s1 rps req non2xx errs
+    log "$scen: profile at $c clients (${duration}s)"
+    s0="$(cpu_jiffies)"
+    t0="$(cpu_ticks "$pid")"
+    [[ $scen == P ]] && { d0="$(pg_cpu_ticks)"; w0="$(wal_syncs)"; }
+    b0="$(batch_metrics "$port")"
+    if ((perf_ok)); then
+        # From 1 s in to 1 s before the end: the load's steady part.
+        (sleep 1; exec perf record -q -a -g -F 499 -o "$data" -- sleep $((duration > 3 ? duration - 2 : 1))) \
+            >"$tmp/perf-$scen-$c.log" 2>&1 &
+        perf_pid=$!
+    fi
+    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port/" "$c" put "prof${scen,,}$c" "$body_bytes")
+    s1="$(cpu_jiffies)"
+    t1="$(cpu_ticks "$pid")"
+    [[ $scen == P ]] && { d1="$(pg_cpu_ticks)"; w1="$(wal_syncs)"; }
+    b1="$(batch_metrics "$port")"
+    [[ -n $perf_pid ]] && { wait "$perf_pid" || problem "$scen c=$c: perf record failed"; }
+    ((non2xx == 0 && errs == 0)) || problem "$scen c=$c profile: $non2xx non-2xx answers, $errs socket errors"
+    python3 - "$prof" "$scen" "$c" "$clk_tck" "$duration" "$rps" "$req" "$t0" "$t1" "$d0" "$d1" \
+        "$s0" "$s1" "$b0" "$b1" "$w0" "$w1" <<'PY'
+import sys
+(out, scen, c, hz, dur, rps, req, t0, t1, d0, d1, s0, s1, b0, b1, w0, w1) = sys.argv[1:]
+hz, dur, rps, req = float(hz), float(dur), float(rps), max(int(req), 1)
+user, sys_, iowait, idle, total = (float(b) - float(a) for a, b in zip(s0.split(), s1.split()))
+total = max(total, 1)
+fk = (float(t1) - float(t0)) / hz * 1e6 / req
+pg = (float(d1) - float(d0)) / hz * 1e6 / req
+busy = (user + sys_) / hz * 1e6 / req
+batches, writes = (int(b) - int(a) for a, b in zip(b0.split(), b1.split()))
+rows = {
+    "rate": f"{rps:.0f}",
+    "cpu_user_pct": f"{100 * user / total:.0f}",
+    "cpu_sys_pct": f"{100 * sys_ / total:.0f}",
+    "cpu_iowait_pct": f"{100 * iowait / total:.0f}",
+    "cpu_idle_pct": f"{100 * idle / total:.0f}",
+    "fk_us": f"{fk:.1f}",
+    "pg_us": f"{pg:.1f}" if scen == "P" else "",
+    "other_us": f"{busy - fk - pg:.1f}",
+    "batch_mean": f"{writes / batches:.1f}" if batches else "",
+    "batches_per_s": f"{batches / dur:.0f}",
+}
+if scen == "P":
+    (n0, ms0), (n1, ms1) = (tuple(float(x) for x in w.split()) for w in (w0, w1))
+    syncs, ms = n1 - n0, ms1 - ms0
+    rows["wal_syncs_per_s"] = f"{syncs / dur:.0f}"
+    rows["wal_sync_ms"] = f"{ms / syncs:.3f}" if syncs else ""
+    rows["wal_sync_busy_pct"] = f"{100 * ms / 1000 / dur:.0f}"
+with open(out, "a") as f:
+    for k, v in rows.items():
+        f.write(f"{scen}\t{c}\t{k}\t{v}\n")
+PY
+    if [[ -n $perf_pid && -s $data ]]; then
+        {
+            printf '%s\t%s\tperf_by_process\t%s\n' "$scen" "$c" "$(perf_split "$data")"
+            printf '%s\t%s\tperf_fk_by_library\t%s\n' "$scen" "$c" "$(perf_split "$data" fencekeeper)"
+            printf '%s\t%s\tperf_fk_syscalls\t%s\n' "$scen" "$c" "$(perf_syscalls "$data" fencekeeper)"
+            if [[ $scen == P ]]; then
+                printf '%s\t%s\tperf_pg_by_library\t%s\n' "$scen" "$c" "$(perf_split "$data" postgres)"
+                printf '%s\t%s\tperf_pg_syscalls\t%s\n' "$scen" "$c" "$(perf_syscalls "$data" postgres)"
+            fi
+        } >>"$prof"
+        rm -f "$data"
+    fi
+    awk -F'\t' -v s="$scen" -v c="$c" '$1 == s && $2 == c { printf "   %s=%s\n", $3, $4 }' "$prof" >&2
+}
+if ((profile)); then
+    want P && for c in $clients; do profile_run P "$fk_pid_pg" "$fk_port_pg" "$c"; done
+    want F && for c in $clients; do profile_run F "$fk_pid_file" "$fk_port_file" "$c"; done
+fi
 
 # --- latency at 70% of peak (open loop) -------------------------------------------------
 lat="$results/latency.tsv"

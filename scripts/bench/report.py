@@ -257,6 +257,65 @@ except (OSError, subprocess.CalledProcessError) as e:
 # --- markdown -------------------------------------------------------------------------
 problems_text = ("\n".join(f"- {p}" for p in problems)
                  if problems else "- none: every answer had the expected status.")
+# --- profile (bench.sh --profile) ---------------------------------------------------------
+prof_rows = tsv("profile.tsv")
+profile_text = ""
+if prof_rows:
+    runs = {}
+    for r in prof_rows:
+        runs.setdefault((r["scenario"], int(r["clients"])), {})[r["name"]] = r["value"]
+
+    def v(d, k, suffix=""):
+        x = d.get(k, "")
+        return x + suffix if x else "—"
+
+    lines = ["| id | clients | writes/s | mean batch | batches/s | CPU user / system / iowait / idle "
+             "| CPU-µs per write: fencekeeper / Postgres / rest | WAL flushes/s | mean flush "
+             "| time flushing |",
+             "|---|---:|---:|---:|---:|---|---|---:|---:|---:|"]
+    for (scen, c), d in sorted(runs.items(), key=lambda kv: ("PF".find(kv[0][0]), kv[0][1])):
+        lines.append(
+            f"| {scen} | {c} | {int(d.get('rate', '0')):,} | {v(d, 'batch_mean')} | {v(d, 'batches_per_s')} "
+            f"| {v(d, 'cpu_user_pct', '%')} / {v(d, 'cpu_sys_pct', '%')} / {v(d, 'cpu_iowait_pct', '%')} "
+            f"/ {v(d, 'cpu_idle_pct', '%')} "
+            f"| {v(d, 'fk_us')} / {v(d, 'pg_us')} / {v(d, 'other_us')} "
+            f"| {v(d, 'wal_syncs_per_s')} | {v(d, 'wal_sync_ms', ' ms')} | {v(d, 'wal_sync_busy_pct', '%')} |")
+    perf_lines = []
+    labels = [("perf_by_process", "all CPU time, by process"),
+              ("perf_fk_by_library", "fencekeeper's CPU time, by library"),
+              ("perf_fk_syscalls", "fencekeeper's CPU time inside system calls"),
+              ("perf_pg_by_library", "Postgres's CPU time, by library"),
+              ("perf_pg_syscalls", "Postgres's CPU time inside system calls")]
+    for (scen, c), d in sorted(runs.items(), key=lambda kv: ("PF".find(kv[0][0]), kv[0][1])):
+        got = [(label, d[k]) for k, label in labels if d.get(k)]
+        if got:
+            perf_lines.append(f"- **{scen} at {c} clients**")
+            perf_lines += [f"  - {label}: {text}" for label, text in got]
+    perf_text = ("\n".join(perf_lines) if perf_lines else
+                 "(no `perf` samples in this run: see the problems below)")
+    profile_text = f"""
+## Where the time goes (`--profile`)
+
+After the rounds, one more fencekeeper run per scenario and client count, with the same
+load, outside every ratio above. CPU percentages are of the whole machine
+(`/proc/stat`, all cores). CPU-µs per write: fencekeeper's process, all of Postgres's
+processes, and the rest of the machine's busy time (the load generator `wrk`, kernel
+threads such as the file system's journal and writeback workers, interrupts). Mean batch
+and batches/s come from fencekeeper's `fencekeeper_store_batch_size` metric (writes per
+commit). WAL flushes, their mean duration and the share of wall time spent in them come
+from `pg_stat_wal` (this run sets `track_wal_io_timing=on`).
+
+{chr(10).join(lines)}
+
+Sampled with `perf record -a -g` over the middle of each run (all cores; CPU time only, so
+time spent waiting for the disk shows up as idle or iowait above, not here). Shares by
+process are of all samples, idle included; by library and by system call, of that
+process's own samples. A system call's share includes what the kernel does on its behalf
+in that call (for `sendmsg` on loopback, the receiving side's TCP work too).
+
+{perf_text}
+"""
+
 doc = f"""# Benchmarks
 
 fencekeeper against what a client would get without it, measured side by side in one run
@@ -347,7 +406,7 @@ time. On a quiet machine rerun with `--rounds 1` to see the service time.
 ## Targets
 
 {verdict_table}
-
+{profile_text}
 ## What each comparison runs
 
 - **P**: `wrk` with `scripts/bench/fk.lua` (`put` mode) sends `PUT /v1/resources/TAG-t-n`
@@ -377,6 +436,7 @@ time. On a quiet machine rerun with `--rounds 1` to see the service time.
 
 {problems_text}
 """
+
 
 md_path = os.path.join(res, "benchmarks.md")
 with open(md_path, "w") as f:
