@@ -207,8 +207,6 @@ pg_settings="-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir/sock -c max_co
 # the middle of a measurement; min_wal_size makes the CHECKPOINT before the latency runs
 # recycle the segments written so far (see there).
 pg_settings+=" -c shared_buffers=256MB -c max_wal_size=16GB -c min_wal_size=8GB -c checkpoint_timeout=60min"
-# --profile reports the time spent in WAL flushes (pg_stat_wal.wal_sync_time).
-((profile)) && pg_settings+=" -c track_wal_io_timing=on"
 pg_settings+=" ${FK_BENCH_PG_EXTRA:-}"
 log "starting Postgres on 127.0.0.1:$pg_port"
 runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 \
@@ -428,9 +426,100 @@ for r in $(seq "$rounds"); do
     done
 done
 
+# --- latency at 70% of peak (open loop) -------------------------------------------------
+lat="$results/latency.tsv"
+printf 'scenario\tround\ttarget_rps\tline\n' >"$lat"
+peak() {   # highest median fencekeeper rate of a scenario over the client counts
+    python3 - "$tsv" "$1" <<'EOF'
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1]), delimiter="\t")
+        if r["scenario"] == sys.argv[2] and r["side"] == "fencekeeper"]
+by = {}
+for r in rows:
+    by.setdefault(r["clients"], []).append(float(r["rate"]))
+print(max(statistics.median(v) for v in by.values()))
+EOF
+}
+# One open-loop run per round and scenario: a single run's p99 mostly counts how many disk
+# stalls happened to fall into its few seconds, so the report gives the median over rounds
+# and every round's figure. Each run also writes a timeline (10 ms windows of the schedule:
+# requests due, median and worst latency), and its line counts the windows whose worst
+# request took over 10 ms, so a reader can tell a few long stalls from a slow service.
+lat_conns=128
+for scen in $only; do
+    case $scen in
+        P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put) ;;
+        F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put) ;;
+        S) port=$fk_port_stale; lat_pid=$fk_pid_stale; args=(--mode cycle --tag s --keys "$stale_keys" --token 1) ;;
+        H) port=$fk_port_health; lat_pid=$fk_pid_health; args=(--mode health) ;;
+    esac
+    p="$(peak "$scen")"
+    rate="$(python3 -c "print(round(0.7 * $p, 1))")"
+    [[ -n $lat_rate ]] && rate=$lat_rate
+    for r in $(seq "$rounds"); do
+        # P and F write fresh locks and keys: a tag per round keeps them fresh.
+        case $scen in P | F) tag=(--tag "l${scen,,}$r") ;; *) tag=() ;; esac
+        if [[ $scen == P ]]; then
+            # A freshly initdb'd cluster has no spare WAL segments: every 16 MiB of WAL, the
+            # commit that crosses into a new segment first has it zero-filled and fsynced
+            # while holding the WAL write lock, and every commit waits 50-100 ms behind it
+            # (on this VM). A database that has run for a while recycles old segments at
+            # each checkpoint instead; this checkpoint gives the latency run that steady
+            # state.
+            log "P: CHECKPOINT (recycles the WAL segments written so far)"
+            psql_ -d postgres -c CHECKPOINT
+        fi
+        log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s, round $r of $rounds"
+        timeline="$results/timeline-$scen-$r.tsv"
+        d0="$(pg_cpu_ticks)"
+        t0="$(cpu_ticks "$lat_pid")"
+        line="$("$openloop" --port "$port" "${args[@]}" "${tag[@]}" --rate "$rate" \
+            --duration "$duration" --connections "$lat_conns" --body-bytes "$body_bytes" \
+            --timeline "$timeline")" || problem "$scen: openloop failed"
+        t1="$(cpu_ticks "$lat_pid")"
+        d1="$(pg_cpu_ticks)"
+        n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
+        line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
+        [[ $scen == [PS] ]] && line+=" db_cpu_us_per_req=$(us_per "$d0" "$d1" "${n:-0}")"
+        line+=" windows_over_10ms=$(awk -F'\t' 'NR > 1 && $4 > 10' "$timeline" 2>/dev/null | wc -l)"
+        echo "   $line" >&2
+        printf '%s\t%s\t%s\t%s\n' "$scen" "$r" "$rate" "$line" >>"$lat"
+    done
+done
+
+# --- peak RSS of the measured processes ------------------------------------------------
+mem="$results/memory.tsv"
+printf 'what\tkib\n' >"$mem"
+for n in pg file stale health; do
+    pidvar="fk_pid_$n"
+    printf 'hwm_%s\t%s\n' "$n" "$(status_kib "${!pidvar}" VmHWM)" >>"$mem"
+done
+
+# --- RSS with many distinct locks ---------------------------------------------------------
+if ((mem_locks > 0)); then
+    cache=$((mem_locks > 100000 ? mem_locks : 100000))
+    printf '{"postgres": {"fence_cache_size": %d}}\n' "$cache" >"$tmp/mem.json"
+    start_fk mem --config "$tmp/mem.json" --store "postgresql://postgres@127.0.0.1:$pg_port/fkmem"
+    rss0="$(status_kib "$fk_pid_mem" VmRSS)"
+    log "memory: $mem_locks fresh PUTs to distinct locks (fence_cache_size $cache; database fkmem has synchronous_commit=off)"
+    m0=$SECONDS
+    line="$("$openloop" --port "$fk_port_mem" --mode put --tag m --count "$mem_locks" \
+        --connections 64 --body-bytes 16)" || problem "memory: openloop failed"
+    echo "   $line ($((SECONDS - m0)) s)" >&2
+    grep -q "status_2xx=$mem_locks " <<<"$line" || problem "memory: not every write was accepted: $line"
+    {
+        printf 'mem_locks\t%s\n' "$mem_locks"
+        printf 'mem_cache_size\t%s\n' "$cache"
+        printf 'mem_rss_start\t%s\n' "$rss0"
+        printf 'mem_rss_after\t%s\n' "$(status_kib "$fk_pid_mem" VmRSS)"
+        printf 'mem_hwm_after\t%s\n' "$(status_kib "$fk_pid_mem" VmHWM)"
+        printf 'mem_seconds\t%s\n' "$((SECONDS - m0))"
+    } >>"$mem"
+fi
+
 # --- profile (--profile): where the time goes in P and F ------------------------------------
-# One more fencekeeper run per scenario and client count, after the rounds and outside
-# every ratio, with the same load. It records the machine's CPU split (/proc/stat), the
+# One more fencekeeper run per scenario and client count, last (after every measurement
+# above, so that its extra data and perf cannot touch them), with the rounds' load. It records the machine's CPU split (/proc/stat), the
 # CPU per write of fencekeeper, of Postgres and of everything else (the load generator
 # and kernel threads), the group-commit batches fencekeeper formed (its
 # fencekeeper_store_batch_size metric), for P the WAL flushes (pg_stat_wal), and with
@@ -587,99 +676,10 @@ PY
     awk -F'\t' -v s="$scen" -v c="$c" '$1 == s && $2 == c { printf "   %s=%s\n", $3, $4 }' "$prof" >&2
 }
 if ((profile)); then
+    # pg_stat_wal.wal_sync_time needs track_wal_io_timing, on for the profile only.
+    want P && psql_ -d postgres -c "ALTER SYSTEM SET track_wal_io_timing = on" -c "SELECT pg_reload_conf()" >/dev/null
     want P && for c in $clients; do profile_run P "$fk_pid_pg" "$fk_port_pg" "$c"; done
     want F && for c in $clients; do profile_run F "$fk_pid_file" "$fk_port_file" "$c"; done
-fi
-
-# --- latency at 70% of peak (open loop) -------------------------------------------------
-lat="$results/latency.tsv"
-printf 'scenario\tround\ttarget_rps\tline\n' >"$lat"
-peak() {   # highest median fencekeeper rate of a scenario over the client counts
-    python3 - "$tsv" "$1" <<'EOF'
-import csv, statistics, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1]), delimiter="\t")
-        if r["scenario"] == sys.argv[2] and r["side"] == "fencekeeper"]
-by = {}
-for r in rows:
-    by.setdefault(r["clients"], []).append(float(r["rate"]))
-print(max(statistics.median(v) for v in by.values()))
-EOF
-}
-# One open-loop run per round and scenario: a single run's p99 mostly counts how many disk
-# stalls happened to fall into its few seconds, so the report gives the median over rounds
-# and every round's figure. Each run also writes a timeline (10 ms windows of the schedule:
-# requests due, median and worst latency), and its line counts the windows whose worst
-# request took over 10 ms, so a reader can tell a few long stalls from a slow service.
-lat_conns=128
-for scen in $only; do
-    case $scen in
-        P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put) ;;
-        F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put) ;;
-        S) port=$fk_port_stale; lat_pid=$fk_pid_stale; args=(--mode cycle --tag s --keys "$stale_keys" --token 1) ;;
-        H) port=$fk_port_health; lat_pid=$fk_pid_health; args=(--mode health) ;;
-    esac
-    p="$(peak "$scen")"
-    rate="$(python3 -c "print(round(0.7 * $p, 1))")"
-    [[ -n $lat_rate ]] && rate=$lat_rate
-    for r in $(seq "$rounds"); do
-        # P and F write fresh locks and keys: a tag per round keeps them fresh.
-        case $scen in P | F) tag=(--tag "l${scen,,}$r") ;; *) tag=() ;; esac
-        if [[ $scen == P ]]; then
-            # A freshly initdb'd cluster has no spare WAL segments: every 16 MiB of WAL, the
-            # commit that crosses into a new segment first has it zero-filled and fsynced
-            # while holding the WAL write lock, and every commit waits 50-100 ms behind it
-            # (on this VM). A database that has run for a while recycles old segments at
-            # each checkpoint instead; this checkpoint gives the latency run that steady
-            # state.
-            log "P: CHECKPOINT (recycles the WAL segments written so far)"
-            psql_ -d postgres -c CHECKPOINT
-        fi
-        log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s, round $r of $rounds"
-        timeline="$results/timeline-$scen-$r.tsv"
-        d0="$(pg_cpu_ticks)"
-        t0="$(cpu_ticks "$lat_pid")"
-        line="$("$openloop" --port "$port" "${args[@]}" "${tag[@]}" --rate "$rate" \
-            --duration "$duration" --connections "$lat_conns" --body-bytes "$body_bytes" \
-            --timeline "$timeline")" || problem "$scen: openloop failed"
-        t1="$(cpu_ticks "$lat_pid")"
-        d1="$(pg_cpu_ticks)"
-        n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
-        line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
-        [[ $scen == [PS] ]] && line+=" db_cpu_us_per_req=$(us_per "$d0" "$d1" "${n:-0}")"
-        line+=" windows_over_10ms=$(awk -F'\t' 'NR > 1 && $4 > 10' "$timeline" 2>/dev/null | wc -l)"
-        echo "   $line" >&2
-        printf '%s\t%s\t%s\t%s\n' "$scen" "$r" "$rate" "$line" >>"$lat"
-    done
-done
-
-# --- peak RSS of the measured processes ------------------------------------------------
-mem="$results/memory.tsv"
-printf 'what\tkib\n' >"$mem"
-for n in pg file stale health; do
-    pidvar="fk_pid_$n"
-    printf 'hwm_%s\t%s\n' "$n" "$(status_kib "${!pidvar}" VmHWM)" >>"$mem"
-done
-
-# --- RSS with many distinct locks ---------------------------------------------------------
-if ((mem_locks > 0)); then
-    cache=$((mem_locks > 100000 ? mem_locks : 100000))
-    printf '{"postgres": {"fence_cache_size": %d}}\n' "$cache" >"$tmp/mem.json"
-    start_fk mem --config "$tmp/mem.json" --store "postgresql://postgres@127.0.0.1:$pg_port/fkmem"
-    rss0="$(status_kib "$fk_pid_mem" VmRSS)"
-    log "memory: $mem_locks fresh PUTs to distinct locks (fence_cache_size $cache; database fkmem has synchronous_commit=off)"
-    m0=$SECONDS
-    line="$("$openloop" --port "$fk_port_mem" --mode put --tag m --count "$mem_locks" \
-        --connections 64 --body-bytes 16)" || problem "memory: openloop failed"
-    echo "   $line ($((SECONDS - m0)) s)" >&2
-    grep -q "status_2xx=$mem_locks " <<<"$line" || problem "memory: not every write was accepted: $line"
-    {
-        printf 'mem_locks\t%s\n' "$mem_locks"
-        printf 'mem_cache_size\t%s\n' "$cache"
-        printf 'mem_rss_start\t%s\n' "$rss0"
-        printf 'mem_rss_after\t%s\n' "$(status_kib "$fk_pid_mem" VmRSS)"
-        printf 'mem_hwm_after\t%s\n' "$(status_kib "$fk_pid_mem" VmHWM)"
-        printf 'mem_seconds\t%s\n' "$((SECONDS - m0))"
-    } >>"$mem"
 fi
 
 # --- report --------------------------------------------------------------------------

@@ -296,14 +296,14 @@ if prof_rows:
     profile_text = f"""
 ## Where the time goes (`--profile`)
 
-After the rounds, one more fencekeeper run per scenario and client count, with the same
-load, outside every ratio above. CPU percentages are of the whole machine
+After every other measurement, one more fencekeeper run per scenario and client count,
+with the rounds' load, outside every figure above. CPU percentages are of the whole machine
 (`/proc/stat`, all cores). CPU-µs per write: fencekeeper's process, all of Postgres's
 processes, and the rest of the machine's busy time (the load generator `wrk`, kernel
 threads such as the file system's journal and writeback workers, interrupts). Mean batch
 and batches/s come from fencekeeper's `fencekeeper_store_batch_size` metric (writes per
 commit). WAL flushes, their mean duration and the share of wall time spent in them come
-from `pg_stat_wal` (this run sets `track_wal_io_timing=on`).
+from `pg_stat_wal` (`track_wal_io_timing` is turned on for these runs only).
 
 {chr(10).join(lines)}
 
