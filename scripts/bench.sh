@@ -126,6 +126,16 @@ tools="$build/bench-tools"
 results="$build/bench-results"
 ((quick)) && results+=-quick
 mkdir -p "$tools" "$results"
+# One run at a time per tree, cleanup included: removing a finished run's millions of
+# files keeps the disk busy for minutes, and a run measured meanwhile is not comparable
+# (a file-store baseline round fell to 1,300 writes/s that way).
+# Long-lived children (Postgres, fencekeepers, nginx) start with fd 9 closed, so that
+# none of them could keep the lock past this script.
+exec 9>"$build/.bench.lock"
+if ! flock -n 9; then
+    log "another bench.sh (or its cleanup) is running in this tree: waiting for it"
+    flock 9
+fi
 # What is built is the work tree as it is now: record it before building, since others
 # may commit while the rounds run.
 built_from="$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- proxy backends fence config CMakeLists.txt 2>/dev/null || echo ' + uncommitted changes in the work tree'), built $(date -u '+%H:%M UTC')"
@@ -212,7 +222,7 @@ log "starting Postgres on 127.0.0.1:$pg_port"
 runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 \
     >"$pg_dir/initdb.log" 2>&1 || { cat "$pg_dir/initdb.log" >&2; exit 1; }
 runuser -u postgres -- "$pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 60 -o "$pg_settings" start \
-    >/dev/null || { cat "$pg_dir/server.log" >&2; exit 1; }
+    >/dev/null 9>&- || { cat "$pg_dir/server.log" >&2; exit 1; }
 wait_for Postgres 60 "$pg_bin/pg_isready" -h 127.0.0.1 -p "$pg_port" -U postgres
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
 psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkmem" \
@@ -222,7 +232,7 @@ pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
 # start_fk NAME ARGS...: starts fencekeeper, sets fk_pid_NAME and fk_port_NAME.
 start_fk() {
     local name=$1; shift
-    "$fk" --listen 127.0.0.1:0 "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" &
+    "$fk" --listen 127.0.0.1:0 "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" 9>&- &
     local pid=$!
     pids+=("$pid")
     local deadline=$((SECONDS + 60))
@@ -273,7 +283,7 @@ http {
 }
 EOF
 nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" -g 'daemon off;' \
-    >"$tmp/nginx/stdout.log" 2>&1 &
+    >"$tmp/nginx/stdout.log" 2>&1 9>&- &
 pids+=($!)
 wait_for nginx 30 curl -sS -o /dev/null "http://127.0.0.1:$nginx_port/healthz"
 
