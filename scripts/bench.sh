@@ -402,6 +402,10 @@ prime="$("$openloop" --port "$fk_port_stale" --mode cycle --tag s --keys "$stale
 grep -q "status_2xx=$stale_keys " <<<"$prime" || { echo "bench.sh: priming failed: $prime" >&2; exit 1; }
 
 # --- warm-up (not recorded) ----------------------------------------------------------
+# Dirty data that other work left behind (a previous run's deleted files, say) would be
+# written back during the first measurements: flush it first.
+log "sync (flushing other work's dirty data before measuring)"
+sync
 log "warming up (2 s per side)"
 saved_duration=$duration
 duration=2
