@@ -254,6 +254,27 @@ try:
 except (OSError, subprocess.CalledProcessError) as e:
     print(f"report.py: gnuplot failed: {e}", file=sys.stderr)
 
+# --- rounds far off the others --------------------------------------------------------------
+# The median of ratios shrugs off one bad round, but the reader should know that one
+# happened: a side whose rate in some round is under 40% or over 250% of its median over
+# the rounds was disturbed (another job on the disk or the cores), and that round's ratio
+# says little.
+sides = {}
+for r in rows:
+    sides.setdefault((r["scenario"], r["clients"], r["side"]), []).append(
+        (int(r["round"]), float(r["rate"])))
+for (scen, c, side), rs in sorted(sides.items(), key=lambda kv: (kv[0][0], int(kv[0][1]), kv[0][2])):
+    if len(rs) < 3:
+        continue
+    med = statistics.median(rate for _, rate in rs)
+    for rnd, rate in rs:
+        if med > 0 and not 0.4 <= rate / med <= 2.5:
+            name = "fencekeeper" if side == "fencekeeper" else BASELINE[scen].replace("`", "")
+            problems.append(f"{scen} c={c} round {rnd}: {name} ran at {rate:,.0f}/s, "
+                            f"{rate / med:.0%} of its median over the rounds ({med:,.0f}/s): "
+                            f"something else slowed that round, so its {scen} ratio at {c} "
+                            f"clients is an outlier (a median over rounds discounts one)")
+
 # --- markdown -------------------------------------------------------------------------
 problems_text = ("\n".join(f"- {p}" for p in problems)
                  if problems else "- none: every answer had the expected status.")
