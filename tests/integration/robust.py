@@ -44,6 +44,14 @@ def tmp_files(root):
     return out
 
 
+def object_files(root):
+    """Every file under ROOT/objects that is not a temp file (bodies, committed or not)."""
+    out = []
+    for d, _, files in os.walk(os.path.join(root, "objects")):
+        out += [os.path.join(d, f) for f in files if "~tmp~" not in f]
+    return out
+
+
 class Keyspace:
     """A handful of locks, each guarding a few keys (one lock may guard many keys)."""
 

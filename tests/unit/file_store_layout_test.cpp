@@ -113,6 +113,37 @@ TEST_CASE("key paths: distinct keys never share a location") {
     }
 }
 
+TEST_CASE("key paths: a body's location decodes back to its key, and nothing else does") {
+    const std::vector<std::string> keys = {"a",
+                                           "a/b",
+                                           "a~",
+                                           "a~/b",
+                                           "100% \xC3\xA9",
+                                           "reports/2026/11-29.csv",
+                                           "..x",
+                                           "..a/x",
+                                           std::string(1024, '%'),
+                                           std::string(450, 'z') + "/" + std::string(201, 'y')};
+    for (const auto& k : keys) {
+        auto p = object_path_for(k);
+        REQUIRE(p);
+        CHECK_MESSAGE(key_for_object(p->dir_id(), p->file) == k, k);
+    }
+    // Temp files, other spellings of a key, and names the encoder never writes.
+    CHECK_FALSE(key_for_object("", "k~tmp~0123-4"));
+    CHECK_FALSE(key_for_object("d~", "k~tmp~0123-4"));
+    CHECK_FALSE(key_for_object("", "a%7e")); // lowercase hex
+    CHECK_FALSE(key_for_object("", "a%41")); // "A" is written plain
+    CHECK_FALSE(key_for_object("", "a%4"));  // cut %XX
+    CHECK_FALSE(key_for_object("", "a b"));  // unencoded byte
+    CHECK_FALSE(key_for_object("", ""));
+    CHECK_FALSE(key_for_object("a", "b"));   // a directory without '~'
+    CHECK_FALSE(key_for_object("a~+", "b")); // a short chunk: the encoder would not cut
+    CHECK_FALSE(key_for_object("", "."));
+    CHECK(key_for_object("", "%2E%2E") == std::string(".."));
+    CHECK(key_for_object("x~/y~", "z") == std::string("x/y/z"));
+}
+
 TEST_CASE("journal records round-trip, with hostile field bytes percent-encoded") {
     record p = put_record("k e/y%\n\x7F", "lock one", 42, 7, 1700000000000);
     p.size = 12;

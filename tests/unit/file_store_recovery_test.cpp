@@ -224,51 +224,69 @@ TEST_CASE("kill -9 at every step of a write") {
                             {"before_journal_write", false}, {"after_journal_write", true},
                             {"after_journal_sync", true},    {"after_rename", true},
                             {"before_reply", true}};
-    for (const auto flush : {fk::config::file_flush::syncfs, fk::config::file_flush::fsync})
-        for (const auto& pt : points) {
-            CAPTURE(flush == fk::config::file_flush::syncfs ? "syncfs" : "fsync");
-            CAPTURE(pt.name);
-            temp_dir dir;
-            {
+    // An existing key's new body goes through a temp file and a rename; a new key's body
+    // is written in place (fresh).
+    for (const bool fresh : {false, true})
+        for (const auto flush : {fk::config::file_flush::syncfs, fk::config::file_flush::fsync})
+            for (const auto& pt : points) {
+                CAPTURE(fresh);
+                CAPTURE(flush == fk::config::file_flush::syncfs ? "syncfs" : "fsync");
+                const std::string point_name = pt.name;
+                CAPTURE(point_name);
+                const std::string key = fresh ? "d/new" : "d/k";
+                temp_dir dir;
+                {
+                    net::io_context io;
+                    auto s = open_ok(io, dir.path);
+                    REQUIRE(run(io, s->put(put_req("d/k", "L", 1, "old"))).error == errc::ok);
+                }
+                pid_t child = ::fork();
+                REQUIRE(child >= 0);
+                if (child == 0) {
+                    detail::set_failpoint_for_tests(pt.name);
+                    net::io_context io;
+                    file_store_options opts;
+                    opts.flush = flush;
+                    auto r = open_file_store(io, dir.path.string(), opts);
+                    if (auto* s = std::get_if<std::unique_ptr<store>>(&r))
+                        run(io, (*s)->put(put_req(key, "L", 2, "new body")));
+                    ::_exit(3); // the failpoint was not reached
+                }
+                int status = 0;
+                REQUIRE(::waitpid(child, &status, 0) == child);
+                REQUIRE(WIFSIGNALED(status));
+                CHECK(WTERMSIG(status) == SIGKILL);
+
                 net::io_context io;
                 auto s = open_ok(io, dir.path);
-                REQUIRE(run(io, s->put(put_req("d/k", "L", 1, "old"))).error == errc::ok);
+                auto g = run(io, s->get(key, true));
+                CHECK(run(io, s->get("d/k", true)).error == errc::ok);
+                if (pt.committed) {
+                    REQUIRE(g.error == errc::ok);
+                    CHECK(g.body == "new body");
+                    CHECK(g.version == (fresh ? 1 : 2));
+                    CHECK(run(io, s->read_fence("L")).fence.token == 2);
+                    CHECK(run(io, s->put(put_req(key, "L", 1, "zombie"))).error ==
+                          errc::stale_token);
+                } else if (fresh) {
+                    // The body written in place was never committed: gone, key absent.
+                    CHECK(g.error == errc::not_found);
+                    CHECK_FALSE(fs::exists(dir.path / "objects" / "d~" / "new"));
+                    CHECK(run(io, s->read_fence("L")).fence.token == 1);
+                    auto again = run(io, s->put(put_req(key, "L", 2, "again")));
+                    CHECK(again.error == errc::ok);
+                    CHECK(again.created);
+                    CHECK(run(io, s->get(key, true)).body == "again");
+                } else {
+                    REQUIRE(g.error == errc::ok);
+                    CHECK(g.body == "old");
+                    CHECK(g.version == 1);
+                    CHECK(run(io, s->read_fence("L")).fence.token == 1);
+                }
+                for (auto& e : fs::recursive_directory_iterator(dir.path / "objects"))
+                    CHECK_MESSAGE(e.path().filename().string().find("~tmp~") == std::string::npos,
+                                  e.path());
             }
-            pid_t child = ::fork();
-            REQUIRE(child >= 0);
-            if (child == 0) {
-                detail::set_failpoint_for_tests(pt.name);
-                net::io_context io;
-                file_store_options opts;
-                opts.flush = flush;
-                auto r = open_file_store(io, dir.path.string(), opts);
-                if (auto* s = std::get_if<std::unique_ptr<store>>(&r))
-                    run(io, (*s)->put(put_req("d/k", "L", 2, "new body")));
-                ::_exit(3); // the failpoint was not reached
-            }
-            int status = 0;
-            REQUIRE(::waitpid(child, &status, 0) == child);
-            REQUIRE(WIFSIGNALED(status));
-            CHECK(WTERMSIG(status) == SIGKILL);
-
-            net::io_context io;
-            auto s = open_ok(io, dir.path);
-            auto g = run(io, s->get("d/k", true));
-            REQUIRE(g.error == errc::ok);
-            if (pt.committed) {
-                CHECK(g.body == "new body");
-                CHECK(g.version == 2);
-                CHECK(run(io, s->read_fence("L")).fence.token == 2);
-                CHECK(run(io, s->put(put_req("d/k", "L", 1, "zombie"))).error == errc::stale_token);
-            } else {
-                CHECK(g.body == "old");
-                CHECK(g.version == 1);
-                CHECK(run(io, s->read_fence("L")).fence.token == 1);
-            }
-            for (auto& e : fs::recursive_directory_iterator(dir.path / "objects"))
-                CHECK_MESSAGE(e.path().filename().string().find("~tmp~") == std::string::npos,
-                              e.path());
-        }
 }
 
 TEST_CASE("kill -9 while replacing the journal with a snapshot") {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -55,6 +56,16 @@ struct fixture {
         r.after = std::move(after);
         r.limit = limit;
         return run(io, s->list_fences(std::move(r)));
+    }
+    // Runs the io_context until the committer has been handed N items in all (the test
+    // hook holding commits keeps them queued).
+    void wait_enqueued(std::uint64_t n) {
+        for (int i = 0; i < 5000 && detail::enqueued_for_tests() < n; ++i) {
+            io.restart();
+            io.poll();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        REQUIRE(detail::enqueued_for_tests() == n);
     }
     std::string body_file(const std::string& rel) {
         std::ifstream in(dir.path / "root" / "objects" / rel, std::ios::binary);
@@ -337,21 +348,13 @@ TEST_CASE("one batch: a stale write next to a fresh one on the same lock") {
     std::optional<write_result> fresh, stale;
     auto base = detail::enqueued_for_tests();
     detail::set_commit_hold_for_tests(true);
-    auto wait_enqueued = [&](std::uint64_t n) {
-        for (int i = 0; i < 5000 && detail::enqueued_for_tests() < n; ++i) {
-            f.io.restart();
-            f.io.poll();
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        REQUIRE(detail::enqueued_for_tests() == n);
-    };
     // Both pass the pre-check (fence 2); the committer sees them in one batch, in order.
     net::co_spawn(f.io, f.s->put(put_req("k1", "L", 5, "fresh")),
                   [&](std::exception_ptr, write_result r) { fresh = r; });
-    wait_enqueued(base + 1);
+    f.wait_enqueued(base + 1);
     net::co_spawn(f.io, f.s->put(put_req("k2", "L", 3, "stale")),
                   [&](std::exception_ptr, write_result r) { stale = r; });
-    wait_enqueued(base + 2);
+    f.wait_enqueued(base + 2);
     detail::set_commit_hold_for_tests(false);
     f.io.restart();
     f.io.run();
@@ -368,6 +371,115 @@ TEST_CASE("one batch: a stale write next to a fresh one on the same lock") {
     CHECK(after.writes - before.writes == 2);
     for (std::size_t i = 0; i < after.buckets.size(); ++i)
         CHECK(after.buckets[i] - before.buckets[i] == (i == 1 ? 1U : 0U));
+}
+
+TEST_CASE("a new key's body is written in place; a second write of it waits for the first") {
+    for (const auto flush : {file_flush::syncfs, file_flush::fsync}) {
+        CAPTURE(flush == file_flush::syncfs ? "syncfs" : "fsync");
+        fixture f(flush);
+        const auto objects = f.dir.path / "root" / "objects";
+        const auto before = f.s->batches()->read();
+        auto base = detail::enqueued_for_tests();
+        std::optional<write_result> first, second;
+        detail::set_commit_hold_for_tests(true);
+        net::co_spawn(f.io, f.s->put(put_req("d/k", "L", 1, "first")),
+                      [&](std::exception_ptr, write_result r) { first = r; });
+        f.wait_enqueued(base + 1);
+        // The first body sits at its final path, uncommitted; nothing else is there.
+        std::vector<std::string> names;
+        for (auto& e : std::filesystem::directory_iterator(objects / "d~"))
+            names.push_back(e.path().filename().string());
+        CHECK(names == std::vector<std::string>{"k"});
+        std::optional<object_result> read;
+        net::co_spawn(f.io, f.s->get("d/k", true),
+                      [&](std::exception_ptr, object_result r) { read = std::move(r); });
+        for (int i = 0; i < 5000 && !read; ++i) {
+            f.io.restart();
+            f.io.poll();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        REQUIRE(read);
+        CHECK(read->error == errc::not_found); // uncommitted: not there for readers
+        // A second write of the same key, while the first is undecided, stages a temp file
+        // and is decided only after the first.
+        net::co_spawn(f.io, f.s->put(put_req("d/k", "L", 2, "second")),
+                      [&](std::exception_ptr, write_result r) { second = r; });
+        f.wait_enqueued(base + 2);
+        CHECK(std::distance(std::filesystem::directory_iterator(objects / "d~"),
+                            std::filesystem::directory_iterator()) == 2);
+        detail::set_commit_hold_for_tests(false);
+        f.io.restart();
+        f.io.run();
+        REQUIRE(first);
+        REQUIRE(second);
+        CHECK(first->error == errc::ok);
+        CHECK(first->created);
+        CHECK(first->version == 1);
+        CHECK(second->error == errc::ok);
+        CHECK_FALSE(second->created);
+        CHECK(second->version == 2);
+        auto g = f.get("d/k");
+        CHECK(g.body == "second");
+        CHECK(g.version == 2);
+        CHECK(f.body_file("d~/k") == "second");
+        for (auto& e : std::filesystem::recursive_directory_iterator(objects))
+            CHECK_MESSAGE(e.path().filename().string().find("~tmp~") == std::string::npos,
+                          e.path());
+        // Two commits of one write each: the second write was deferred, not batched.
+        const auto after = f.s->batches()->read();
+        CHECK(after.writes - before.writes == 2);
+        CHECK(after.buckets[0] - before.buckets[0] == 2U);
+        // The key's claim is gone: later writes, and a delete and re-create, go through.
+        CHECK(f.put("d/k", "L", 3, "third").version == 3);
+        CHECK(f.del("d/k", "L", 4).error == errc::ok);
+        CHECK_FALSE(std::filesystem::exists(objects / "d~" / "k"));
+        auto again = f.put("d/k", "L", 5, "fourth");
+        CHECK(again.error == errc::ok);
+        CHECK(again.created);
+        CHECK(f.body_file("d~/k") == "fourth");
+    }
+}
+
+TEST_CASE("concurrent writes of new keys: every body matches the version that wrote it") {
+    // Several writes race for each new key: one gets its body written in place, the others
+    // stage temp files, and the committer must never let one replace another's body
+    // before it is decided. Each version's body is known, so a mix-up shows.
+    fixture f;
+    constexpr int keys = 200, writers = 6;
+    std::map<std::pair<int, std::int64_t>, std::string> body_of; // (key, version) → body
+    int done = 0;
+    for (int k = 0; k < keys; ++k)
+        for (int w = 0; w < writers; ++w) {
+            std::string body = "key" + std::to_string(k) + "-writer" + std::to_string(w) +
+                               std::string(static_cast<std::size_t>(w * 100), 'x');
+            net::co_spawn(f.io, f.s->put(put_req("race/k" + std::to_string(k), "L", 1, body)),
+                          [&, k, body](std::exception_ptr e, write_result r) {
+                              ++done;
+                              REQUIRE_FALSE(e);
+                              REQUIRE(r.error == errc::ok);
+                              CHECK(body_of.emplace(std::pair(k, r.version), body).second);
+                          });
+        }
+    f.io.restart();
+    f.io.run();
+    REQUIRE(done == keys * writers);
+    auto check_all = [&](fixture& fx) {
+        for (int k = 0; k < keys; ++k) {
+            auto g = fx.get("race/k" + std::to_string(k));
+            REQUIRE(g.error == errc::ok);
+            CHECK(g.version == writers);
+            const std::string& expected = body_of[std::pair(k, g.version)];
+            CHECK_MESSAGE(g.body == expected, "key " << k);
+        }
+        for (auto& e : std::filesystem::recursive_directory_iterator(fx.dir.path / "root"))
+            CHECK_MESSAGE(e.path().filename().string().find("~tmp~") == std::string::npos,
+                          e.path());
+    };
+    check_all(f);
+    // Recovery checks every body against its journal record (size and CRC).
+    f.s.reset();
+    f.s = open_ok(f.io, f.dir.path / "root");
+    check_all(f);
 }
 
 TEST_CASE("a failed fsync puts the store in the failed state") {

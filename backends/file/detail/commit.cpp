@@ -62,8 +62,9 @@ void file_store::enqueue(std::unique_ptr<pending> p) {
         }
     }
     if (p) { // the committer has exited (stop())
-        if (p->op == pending::kind::put && p->dir)
-            ::unlinkat(p->dir->get(), p->tmp.c_str(), 0);
+        drop_staged(*p);
+        if (p->direct)
+            release_claims({p->key});
         p->result.error = errc::unavailable;
         p->result.message = "file store is stopped";
         reply(*p);
@@ -74,22 +75,47 @@ void file_store::enqueue(std::unique_ptr<pending> p) {
 
 void file_store::committer_main() {
     for (;;) {
+        // Deferred items go first: they arrived before everything queued now. They wait
+        // for a direct body of their key, which is queued or still being staged; until it
+        // comes they are retried every millisecond.
         std::deque<std::unique_ptr<pending>> batch;
+        batch.swap(deferred_);
+        const std::size_t retried = batch.size();
+        bool exiting = false;
         {
             std::unique_lock lock(queue_mutex_);
             for (;;) {
-                bool held = hold_commits.load() && !committer_exit_;
+                const bool held = hold_commits.load() && !committer_exit_;
                 if (!held && !queue_.empty())
                     break;
+                if (!held && retried != 0) {
+                    queue_cv_.wait_for(lock, std::chrono::milliseconds(1));
+                    break;
+                }
                 if (queue_.empty() && committer_exit_) {
                     committer_gone_ = true;
                     return;
                 }
                 queue_cv_.wait_for(lock, std::chrono::milliseconds(held ? 1 : 100));
             }
-            batch.swap(queue_);
+            exiting = committer_exit_;
+            for (auto& p : queue_)
+                batch.push_back(std::move(p));
+            queue_.clear();
         }
+        const bool only_retries = batch.size() == retried;
         commit_batch(batch);
+        if (exiting && only_retries && deferred_.size() == retried) {
+            // Stopping, and nothing has come for them: answer rather than wait forever.
+            for (auto& p : deferred_) {
+                drop_staged(*p);
+                p->result = {};
+                p->result.error = errc::unavailable;
+                p->result.message = "file store is stopped";
+                reply(*p);
+            }
+            deferred_.clear();
+        }
         maybe_compact();
     }
 }
@@ -101,8 +127,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     };
     auto unlink_tmps = [&] {
         for (auto& p : batch)
-            if (p->op == pending::kind::put && p->dir && !p->tmp.empty())
-                ::unlinkat(p->dir->get(), p->tmp.c_str(), 0);
+            drop_staged(*p);
     };
     // Items (all, or only the accepted / rejected ones) get `e`: the batch failed.
     enum class which { all, accepted, rejected };
@@ -116,12 +141,48 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         }
     };
 
+    // Claims this batch holds (its direct bodies' keys, and the keys whose paths it is
+    // about to rename or unlink over) are released when it is done with those paths,
+    // whichever way it returns.
+    std::vector<std::string> claimed;
+    struct claims_release {
+        file_store& store;
+        std::vector<std::string>& keys;
+        ~claims_release() { store.release_claims(keys); }
+    } release_at_return{*this, claimed};
+    for (auto& p : batch)
+        if (p->direct)
+            claimed.push_back(p->key);
+
     if (failed_) {
         unlink_tmps();
         fail_all(errc::unavailable, "file store is in the failed state", which::all);
         reply_all();
         return;
     }
+
+    // 0. An item whose key has a direct body waiting (staged, not yet decided) must not
+    //    rename or unlink over it: it waits for the next batch. Every other put or delete
+    //    claims its key, so no direct body is created there until this batch is applied.
+    {
+        std::deque<std::unique_ptr<pending>> now;
+        std::lock_guard lock(claims_mutex_);
+        for (auto& p : batch) {
+            if (p->op != pending::kind::fence && !p->direct) {
+                auto [c, fresh] = claims_.try_emplace(p->key, false);
+                if (c->second) { // a direct body (of an item in a later batch, or later here)
+                    deferred_.push_back(std::move(p));
+                    continue;
+                }
+                if (fresh)
+                    claimed.push_back(p->key);
+            }
+            now.push_back(std::move(p));
+        }
+        batch.swap(now);
+    }
+    if (batch.empty())
+        return;
     commit_sizes_.observe(batch.size());
 
     // 1. Decide, in FIFO order, against committed state overlaid with earlier accepted
@@ -233,8 +294,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         ++accepted;
     }
     for (auto& p : batch)
-        if (p->op == pending::kind::put && !p->accepted && p->dir)
-            ::unlinkat(p->dir->get(), p->tmp.c_str(), 0);
+        if (!p->accepted)
+            drop_staged(*p);
     if (accepted == 0) {
         reply_all(); // decided on committed state only
         return;
@@ -250,7 +311,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             continue;
         if (p->op == pending::kind::put)
             tmp_dirs.emplace(p->path.dir_id(), p->dir->get());
-        if (p->op == pending::kind::put || p->existed)
+        if ((p->op == pending::kind::put && !p->direct) || p->existed)
             touched_dirs.emplace(p->path.dir_id(), p->dir->get());
     }
     if (syncfs_batches_ && !tmp_dirs.empty()) {
@@ -303,6 +364,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             if (!p->accepted || !p->dir)
                 continue;
             int rc = 0;
+            if (p->op == pending::kind::put && p->direct)
+                continue; // already in place
             if (p->op == pending::kind::put)
                 rc = ::renameat(p->dir->get(), p->tmp.c_str(), p->dir->get(), p->path.file.c_str());
             else if (p->existed)

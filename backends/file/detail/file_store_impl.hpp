@@ -68,7 +68,13 @@ struct pending {
     std::string content_type;
     std::uint64_t size = 0;
     std::uint32_t body_crc = 0;
-    std::string tmp;
+    std::string tmp; // the temp file, or "" when `direct`
+    // put: the body was created at its final path (the key had no body and no other
+    // write of it was in flight), so committing it needs no rename. The store's claim
+    // on the key (file_store::claims_) keeps everyone else off that path until the
+    // committer has decided it.
+    bool direct = false;
+    bool had_body = false; // put: the key had a body when admitted (then never direct)
     // put / remove: the body's directory (opened by the stage step or by the committer)
     object_path path;
     std::shared_ptr<unique_fd> dir;
@@ -107,15 +113,18 @@ private:
     // Does the body (or, with roll_forward, its temp file, then renamed into place) hold
     // what `r` says? Returns 0 or the errno of a failure that must stop startup.
     int verify_put(const record& r, bool roll_forward, bool& ok, bool& rolled);
-    void remove_stray_tmp_files();
+    // Removes temp files, and bodies of keys the journal does not have (a new key's body
+    // written in place whose commit never happened).
+    void remove_stray_files();
     // Writes state as a compacted journal and makes it the journal. 0 or errno.
     int write_snapshot(std::string& error);
 
     // --- requests (file_store.cpp) ---
     bool usable() const noexcept { return !failed_ && !stopped_; }
     // Full decision against the committed state; ok means "send it to the committer".
+    // has_body (optional): set to whether the key has a body in the committed state.
     errc precheck(const std::string& key, const std::string& lock, token_t token,
-                  const fence::preconditions& pre, write_result& r) const;
+                  const fence::preconditions& pre, write_result& r, bool* has_body = nullptr) const;
     // Validation + precheck shared by put and remove: the pending item to commit, or null
     // with `r` holding the answer.
     std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
@@ -126,6 +135,15 @@ private:
     int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
     std::string unique_suffix();
+    // Claims: a key maps to true while a direct body staged for it waits at its final
+    // path, to false while the committer's batch is about to rename or unlink there.
+    // A direct body is staged only for an unclaimed key, and a batch defers an item
+    // whose key has a direct body waiting, so neither ever replaces the other's file.
+    bool claim_direct(const std::string& key);
+    void release_claims(const std::vector<std::string>& keys);
+    // Removes a staged body that will not be committed (its temp file, or the direct
+    // body at its final path); releases nothing.
+    static void drop_staged(pending& p);
 
     // --- committer (commit.cpp) ---
     void enqueue(std::unique_ptr<pending> p);
@@ -164,12 +182,17 @@ private:
     std::atomic<bool> failed_{false};
     std::atomic<bool> stopped_{false};
 
+    std::mutex claims_mutex_;
+    std::unordered_map<std::string, bool> claims_; // see claim_direct()
+
     std::mutex queue_mutex_;
     std::condition_variable queue_cv_;
     std::deque<std::unique_ptr<pending>> queue_;
     bool committer_exit_ = false; // guarded by queue_mutex_
     bool committer_gone_ = false; // guarded by queue_mutex_
     commit_stats commit_sizes_;   // items per committed batch (metrics)
+    // Items whose key had a direct body waiting: retried, in order, with the next batch.
+    std::deque<std::unique_ptr<pending>> deferred_; // committer only
 
     net::thread_pool pool_;
     std::thread committer_;

@@ -11,9 +11,12 @@ bool is_plain(unsigned char c) noexcept {
 
 // "." and ".." must never reach the file system as names.
 std::string no_dot_names(std::string name) {
-    if (name == "." || name == "..") {
+    // Counted, not compared with "." / "..": GCC 12 at -O2 warns falsely
+    // (-Wmaybe-uninitialized) about the comparison once this is inlined.
+    const std::size_t n = name.size();
+    if (n >= 1 && n <= 2 && name.find_first_not_of('.') == std::string::npos) {
         std::string out;
-        for (std::size_t i = 0; i < name.size(); ++i)
+        for (std::size_t i = 0; i < n; ++i)
             out += "%2E";
         return out;
     }
@@ -84,6 +87,67 @@ std::optional<object_path> object_path_for(std::string_view key) {
         p.dirs.push_back(last + "~");
         key.remove_prefix(slash + 1);
     }
+}
+
+namespace {
+
+int hex_value(char c) noexcept {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+// Appends the bytes an encoded name stands for; false if it is not an encoder's output.
+bool decode_into(std::string_view enc, std::string& out) {
+    for (std::size_t i = 0; i < enc.size(); ++i) {
+        const char c = enc[i];
+        if (c == '%') {
+            if (i + 2 >= enc.size())
+                return false;
+            const int hi = hex_value(enc[i + 1]), lo = hex_value(enc[i + 2]);
+            if (hi < 0 || lo < 0)
+                return false;
+            out += static_cast<char>((hi << 4) | lo);
+            i += 2;
+        } else if (is_plain(static_cast<unsigned char>(c))) {
+            out += c;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+} // namespace
+
+std::optional<std::string> key_for_object(std::string_view dir_id, std::string_view file) {
+    const std::string_view whole_dir = dir_id;
+    std::string key;
+    while (!dir_id.empty()) {
+        const auto slash = dir_id.find('/');
+        std::string_view dir = dir_id.substr(0, slash);
+        if (dir.size() > 2 && dir.ends_with("~+")) {
+            if (!decode_into(dir.substr(0, dir.size() - 2), key))
+                return std::nullopt;
+        } else if (dir.size() > 1 && dir.ends_with('~')) {
+            if (!decode_into(dir.substr(0, dir.size() - 1), key))
+                return std::nullopt;
+            key += '/';
+        } else {
+            return std::nullopt;
+        }
+        dir_id = slash == std::string_view::npos ? std::string_view() : dir_id.substr(slash + 1);
+    }
+    if (file.empty() || !decode_into(file, key))
+        return std::nullopt;
+    // Only the encoder's own spelling counts (chunk boundaries, "%2E" names): a name it
+    // would never produce is not a key's body.
+    auto back = object_path_for(key);
+    if (!back || back->file != file || back->dir_id() != whole_dir)
+        return std::nullopt;
+    return key;
 }
 
 std::string tmp_name(std::string_view file, std::string_view unique) {

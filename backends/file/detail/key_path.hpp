@@ -29,6 +29,11 @@ struct object_path {
 // nullopt for a key with an empty segment (never the case for a validated key).
 std::optional<object_path> object_path_for(std::string_view key);
 
+// The key whose body lives at DIR_ID/FILE under ROOT/objects (the inverse of
+// object_path_for; DIR_ID as object_path::dir_id()), or nullopt for a name the encoder
+// never produces (a temp file, a stranger's file).
+std::optional<std::string> key_for_object(std::string_view dir_id, std::string_view file);
+
 // Percent-encodes one segment (no chunking).
 std::string encode_segment(std::string_view segment);
 

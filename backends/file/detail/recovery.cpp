@@ -239,7 +239,7 @@ std::optional<open_error> file_store::recover() {
         logging::write(logging::level::info, "file store recovered",
                        {{"root", root_}, {"rolled_forward", rolled}, {"fell_back", fell_back}});
 
-    remove_stray_tmp_files();
+    remove_stray_files();
 
     // Whatever a killed predecessor left in the page cache (directories it created, files it
     // renamed) is durable from here on; open_dir relies on that for existing directories.
@@ -252,10 +252,10 @@ std::optional<open_error> file_store::recover() {
     return std::nullopt;
 }
 
-void file_store::remove_stray_tmp_files() {
+void file_store::remove_stray_files() {
     // Iterative walk with one directory open at a time (keys can nest hundreds deep).
     std::vector<std::string> todo{""};
-    std::size_t removed = 0;
+    std::size_t removed = 0, orphans = 0;
     while (!todo.empty()) {
         std::string rel = std::move(todo.back());
         todo.pop_back();
@@ -285,14 +285,24 @@ void file_store::remove_stray_tmp_files() {
                 is_dir = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                          S_ISDIR(st.st_mode);
             }
-            if (is_dir)
+            if (is_dir) {
                 todo.push_back(rel.empty() ? std::string(name) : rel + "/" + std::string(name));
+                continue;
+            }
+            // The body of a key the journal does not have (or has as a tombstone): a new
+            // key's body written in place whose commit never happened.
+            if (auto key = key_for_object(rel, name)) {
+                auto k = keys_.find(*key);
+                if ((k == keys_.end() || !k->second.exists) &&
+                    ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
+                    ++orphans;
+            }
         }
         ::closedir(d);
     }
-    if (removed != 0)
-        logging::write(logging::level::info, "file store removed stray temp files",
-                       {{"root", root_}, {"count", removed}});
+    if (removed != 0 || orphans != 0)
+        logging::write(logging::level::info, "file store removed stray files",
+                       {{"root", root_}, {"temp_files", removed}, {"uncommitted_bodies", orphans}});
 }
 
 int file_store::write_snapshot(std::string& error) {
