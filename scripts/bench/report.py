@@ -440,7 +440,10 @@ time. On a quiet machine rerun with `--rounds 1` to see the service time.
 - **F**: the same `put` load against a file-store fencekeeper, versus
   `scripts/bench/durable_write_baseline.cpp` with one thread per client doing, per write,
   create temp file + write + `fsync` + `rename` + `fsync(dir)` in one directory of the same
-  file system.
+  file system (a fresh directory per round; fencekeeper's store keeps every round's keys).
+  Every write creates a new key, so fencekeeper writes each body in place, with no temp
+  file and no rename (docs/file-store.md, "Write sequence"); a write that replaces an
+  existing body takes the temp-file-and-rename path, which this comparison does not time.
 - **S**: {meta.get('stale_keys')} keys, each under its own lock, first get one accepted
   write with token 10^12; then `fk.lua` (`cycle` mode) sends PUTs to them with token 1, all
   answered `409 stale_token` (the run checks that every answer is non-2xx). nginx gets the
