@@ -2,7 +2,10 @@
 // oracle written from the contract's wording. The properties that matter most: an
 // accepted key has no empty, "." or ".." segment, no control character, is valid UTF-8
 // and at most 1024 bytes, and so can never name a path outside the store's root.
+// Also the file store's key <-> path mapping: a valid key's location decodes back to it,
+// and any name found on disk decodes to nothing or to the key that lives exactly there.
 
+#include "backends/file/detail/key_path.hpp"
 #include "fence/names.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
@@ -174,5 +177,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (lock.error == errc::ok)
         FK_FUZZ_CHECK(lock.value == decoded.value);
+
+    // The file store's paths (backends/file/detail/key_path.*).
+    namespace fs = fk::store::detail;
+    if (key_ok) {
+        const auto where = fs::object_path_for(input);
+        FK_FUZZ_CHECK(where.has_value());
+        FK_FUZZ_CHECK(fs::key_for_object(where->dir_id(), where->file) == std::string(input));
+    }
+    const auto cut = input.rfind('/');
+    const std::string_view dir = cut == std::string_view::npos ? "" : input.substr(0, cut);
+    const std::string_view file = cut == std::string_view::npos ? input : input.substr(cut + 1);
+    if (const auto found = fs::key_for_object(dir, file)) {
+        const auto back = fs::object_path_for(*found);
+        FK_FUZZ_CHECK(back.has_value());
+        FK_FUZZ_CHECK(back->dir_id() == dir && back->file == file);
+    }
     return 0;
 }
