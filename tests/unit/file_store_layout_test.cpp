@@ -124,11 +124,19 @@ TEST_CASE("key paths: a body's location decodes back to its key, and nothing els
                                            "..a/x",
                                            std::string(1024, '%'),
                                            std::string(450, 'z') + "/" + std::string(201, 'y')};
+    std::string split_utf8 = "abcde"; // the first cut falls between the bytes of an é
+    for (int i = 0; i < 70; ++i)
+        split_utf8 += "\xC3\xA9";
     for (const auto& k : keys) {
         auto p = object_path_for(k);
         REQUIRE(p);
         CHECK_MESSAGE(key_for_object(p->dir_id(), p->file) == k, k);
     }
+    auto split = object_path_for(split_utf8);
+    REQUIRE(split);
+    CHECK(split->dirs.size() == 2);
+    CHECK(split->dirs[0].ends_with("%C3~+"));
+    CHECK(key_for_object(split->dir_id(), split->file) == split_utf8);
     // Temp files, other spellings of a key, and names the encoder never writes.
     CHECK_FALSE(key_for_object("", "k~tmp~0123-4"));
     CHECK_FALSE(key_for_object("d~", "k~tmp~0123-4"));

@@ -1,5 +1,7 @@
 #include "backends/file/detail/key_path.hpp"
 
+#include "fence/names.hpp"
+
 namespace fk::store::detail {
 
 namespace {
@@ -91,32 +93,13 @@ std::optional<object_path> object_path_for(std::string_view key) {
 
 namespace {
 
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-// Appends the bytes an encoded name stands for; false if it is not an encoder's output.
+// Appends the bytes an encoded name stands for. Lenient (any %XX, any other byte as
+// itself): key_for_object's round trip then rejects every spelling but the encoder's.
 bool decode_into(std::string_view enc, std::string& out) {
-    for (std::size_t i = 0; i < enc.size(); ++i) {
-        const char c = enc[i];
-        if (c == '%') {
-            if (i + 2 >= enc.size())
-                return false;
-            const int hi = hex_value(enc[i + 1]), lo = hex_value(enc[i + 2]);
-            if (hi < 0 || lo < 0)
-                return false;
-            out += static_cast<char>((hi << 4) | lo);
-            i += 2;
-        } else if (is_plain(static_cast<unsigned char>(c))) {
-            out += c;
-        } else {
-            return false;
-        }
-    }
+    auto decoded = fence::percent_decode(enc);
+    if (decoded.error != errc::ok)
+        return false;
+    out += decoded.value;
     return true;
 }
 
