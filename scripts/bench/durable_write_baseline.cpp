@@ -6,11 +6,13 @@
 //   rename(DIR/.tmp-T-N, DIR/T-N)
 //   fsync(DIR)
 //
-// i.e. the crash-safe sequence for one new file, with no batching across threads.
+// i.e. the crash-safe sequence for one new file, with no batching across threads. File
+// names are TAG + "T-N" (TAG defaults to ""): runs that share DIR need distinct TAGs, or
+// their renames replace the earlier runs' files instead of creating new ones.
 // Prints "writes=N seconds=S writes_per_s=R".
 //
 // Build: g++ -O2 -std=c++20 -pthread durable_write_baseline.cpp -o durable_write_baseline
-// Usage: durable_write_baseline DIR THREADS SECONDS BODY_BYTES
+// Usage: durable_write_baseline DIR THREADS SECONDS BODY_BYTES [TAG]
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -24,14 +26,15 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-    if (argc != 5) {
-        std::fprintf(stderr, "usage: %s DIR THREADS SECONDS BODY_BYTES\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        std::fprintf(stderr, "usage: %s DIR THREADS SECONDS BODY_BYTES [TAG]\n", argv[0]);
         return 2;
     }
     const std::string dir = argv[1];
     const int threads = std::atoi(argv[2]);
     const double seconds = std::atof(argv[3]);
     const std::string body(static_cast<std::size_t>(std::atol(argv[4])), 'x');
+    const std::string tag = argc == 6 ? argv[5] : "";
     if (threads < 1 || seconds <= 0) {
         std::fprintf(stderr, "bad arguments\n");
         return 2;
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
             }
             long long n = 0;
             while (!stop.load(std::memory_order_relaxed)) {
-                const std::string name = std::to_string(t) + "-" + std::to_string(n);
+                const std::string name = tag + std::to_string(t) + "-" + std::to_string(n);
                 const std::string tmp = dir + "/.tmp-" + name;
                 const std::string final_path = dir + "/" + name;
                 const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

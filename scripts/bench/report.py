@@ -440,7 +440,8 @@ time. On a quiet machine rerun with `--rounds 1` to see the service time.
 - **F**: the same `put` load against a file-store fencekeeper, versus
   `scripts/bench/durable_write_baseline.cpp` with one thread per client doing, per write,
   create temp file + write + `fsync` + `rename` + `fsync(dir)` in one directory of the same
-  file system (a fresh directory per round; fencekeeper's store keeps every round's keys).
+  file system. Like fencekeeper's store, which keeps every round's keys, the baseline
+  writes all its runs into one directory, with distinct names per run.
   Every write creates a new key, so fencekeeper writes each body in place, with no temp
   file and no rename (docs/file-store.md, "Write sequence"); a write that replaces an
   existing body takes the temp-file-and-rename path, which this comparison does not time.
