@@ -11,9 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <fcntl.h>
+#include <mutex>
 #include <random>
 #include <sys/stat.h>
+#include <thread>
 #include <type_traits>
 #include <unistd.h>
 
@@ -58,6 +61,18 @@ net::awaitable<std::invoke_result_t<F&>> on_pool(net::thread_pool& pool,
         std::move(init), net::use_awaitable, std::move(f));
 }
 
+// set_stage_hold_for_tests: puts of held_key wait after writing their body.
+std::atomic<bool> stage_hold_on{false};
+std::mutex stage_hold_mutex;
+std::string stage_hold_key;
+
+bool stage_held(const std::string& key) {
+    if (!stage_hold_on.load(std::memory_order_relaxed))
+        return false;
+    std::lock_guard lock(stage_hold_mutex);
+    return stage_hold_key == key;
+}
+
 write_result unavailable(std::string message) {
     write_result r;
     r.error = errc::unavailable;
@@ -66,6 +81,12 @@ write_result unavailable(std::string message) {
 }
 
 } // namespace
+
+void set_stage_hold_for_tests(const std::string& key) {
+    std::lock_guard lock(stage_hold_mutex);
+    stage_hold_key = key;
+    stage_hold_on = !key.empty();
+}
 
 std::variant<std::unique_ptr<store>, open_error>
 file_store::open(net::io_context& io, const std::string& root, const file_store_options& opts) {
@@ -214,6 +235,45 @@ net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
         std::move(init), net::use_awaitable, std::move(p));
 }
 
+net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pending> p,
+                                                          std::string body) {
+    // The pool thread that staged the body queues the item itself: the waiter is resumed
+    // once, with the committer's answer (or the stage's error), not once in between.
+    net::any_io_executor fallback = io_.get_executor();
+    auto init = [this, fallback](auto handler, std::unique_ptr<pending> item, std::string data) {
+        net::any_io_executor ex = net::get_associated_executor(handler, fallback);
+        item->work = net::prefer(ex, net::execution::outstanding_work.tracked);
+        item->handler.emplace(std::move(handler));
+        staging_.fetch_add(1);
+        net::post(pool_, [this, item = std::move(item), data = std::move(data)]() mutable {
+            write_result r;
+            try {
+                r = stage_put(*item, data);
+            } catch (const std::exception& e) {
+                drop_staged(*item);
+                if (item->direct)
+                    release_claims({item->key});
+                r = {};
+                r.error = errc::internal;
+                r.message = e.what();
+            }
+            if (r.error != errc::ok) {
+                {
+                    std::lock_guard lock(queue_mutex_);
+                    staging_.fetch_sub(1);
+                }
+                queue_cv_.notify_one();
+                item->result = std::move(r);
+                reply(*item);
+                return;
+            }
+            enqueue(std::move(item), true);
+        });
+    };
+    co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(write_result)>(
+        std::move(init), net::use_awaitable, std::move(p), std::move(body));
+}
+
 write_result file_store::stage_put(pending& p, const std::string& body) {
     if (!usable())
         return unavailable("file store is not available");
@@ -252,6 +312,8 @@ write_result file_store::stage_put(pending& p, const std::string& body) {
     p.size = body.size();
     if (int err = write_all(fd.get(), body); err != 0)
         return give_up("writing a body", err);
+    while (stage_held(p.key))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     FK_FAILPOINT("before_body_fsync");
     // With syncfs batches the committer's one syncfs makes this body durable.
     if (int err = syncfs_batches_ ? 0 : sync_fd(fd.get(), sync_kind::body); err != 0) {
@@ -316,12 +378,7 @@ net::awaitable<write_result> file_store::put(put_request req) {
     if (!p)
         co_return r;
     p->content_type = std::move(req.content_type);
-    pending* raw = p.get();
-    auto stage = [this, raw, body = std::move(req.body)] { return stage_put(*raw, body); };
-    r = co_await on_pool(pool_, io_.get_executor(), std::move(stage));
-    if (r.error != errc::ok)
-        co_return r;
-    co_return co_await submit(std::move(p));
+    co_return co_await stage_and_submit(std::move(p), std::move(req.body));
 }
 
 net::awaitable<write_result> file_store::remove(delete_request req) {

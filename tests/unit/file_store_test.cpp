@@ -373,6 +373,74 @@ TEST_CASE("one batch: a stale write next to a fresh one on the same lock") {
         CHECK(after.buckets[i] - before.buckets[i] == (i == 1 ? 1U : 0U));
 }
 
+TEST_CASE("the committer gathers puts still being staged, for at most its window") {
+    struct reset_hooks {
+        ~reset_hooks() {
+            detail::set_stage_hold_for_tests("");
+            detail::set_gather_window_for_tests(std::chrono::microseconds(0));
+        }
+    } reset;
+    fixture f;
+    auto poll_until = [&](auto done) {
+        for (int i = 0; i < 5000 && !done(); ++i) {
+            f.io.restart();
+            f.io.poll();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    };
+    SUBCASE("a put queued while another is on the pool waits for it: one batch") {
+        const auto before = f.s->batches()->read();
+        const auto base = detail::enqueued_for_tests();
+        detail::set_gather_window_for_tests(std::chrono::seconds(60));
+        detail::set_stage_hold_for_tests("y");
+        std::optional<write_result> x, y;
+        net::co_spawn(f.io, f.s->put(put_req("y", "Ly", 1, "why")),
+                      [&](std::exception_ptr, write_result r) { y = r; });
+        net::co_spawn(f.io, f.s->put(put_req("x", "Lx", 1, "ex")),
+                      [&](std::exception_ptr, write_result r) { x = r; });
+        f.wait_enqueued(base + 1); // x is queued, y is held on the pool
+        // 300 ms: x alone would have been committed within a millisecond or so.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        poll_until([&] { return x.has_value() || std::chrono::steady_clock::now() > until; });
+        CHECK_FALSE(x);
+        detail::set_stage_hold_for_tests("");
+        f.io.restart();
+        f.io.run();
+        REQUIRE(x);
+        REQUIRE(y);
+        CHECK(x->error == errc::ok);
+        CHECK(y->error == errc::ok);
+        CHECK(f.get("x").body == "ex");
+        CHECK(f.get("y").body == "why");
+        const auto after = f.s->batches()->read();
+        CHECK(after.writes - before.writes == 2);
+        for (std::size_t i = 0; i < after.buckets.size(); ++i)
+            CHECK(after.buckets[i] - before.buckets[i] == (i == 1 ? 1U : 0U));
+    }
+    SUBCASE("the window bounds the wait: a put stuck on the pool does not hold others") {
+        const auto before = f.s->batches()->read();
+        detail::set_gather_window_for_tests(std::chrono::milliseconds(20));
+        detail::set_stage_hold_for_tests("w");
+        std::optional<write_result> v, w;
+        net::co_spawn(f.io, f.s->put(put_req("w", "Lw", 1, "stuck")),
+                      [&](std::exception_ptr, write_result r) { w = r; });
+        net::co_spawn(f.io, f.s->put(put_req("v", "Lv", 1, "free")),
+                      [&](std::exception_ptr, write_result r) { v = r; });
+        poll_until([&] { return v.has_value(); });
+        REQUIRE(v);
+        CHECK(v->error == errc::ok);
+        CHECK_FALSE(w);
+        detail::set_stage_hold_for_tests("");
+        f.io.restart();
+        f.io.run();
+        REQUIRE(w);
+        CHECK(w->error == errc::ok);
+        const auto after = f.s->batches()->read();
+        CHECK(after.writes - before.writes == 2);
+        CHECK(after.buckets[0] - before.buckets[0] == 2U); // two commits of one write
+    }
+}
+
 TEST_CASE("a new key's body is written in place; a second write of it waits for the first") {
     for (const auto flush : {file_flush::syncfs, file_flush::fsync}) {
         CAPTURE(flush == file_flush::syncfs ? "syncfs" : "fsync");

@@ -23,6 +23,11 @@ std::atomic<std::uint64_t> enqueued{0};
 
 std::atomic<std::uint64_t> min_compaction_bytes{64ull << 20};
 
+// How long the committer holds a non-empty batch open for puts still being staged on the
+// pool (docs/file-store.md, "Write sequence", step 3).
+constexpr std::chrono::microseconds default_gather_window{300};
+std::atomic<std::int64_t> gather_window_us{default_gather_window.count()};
+
 std::int64_t now_ms() {
     using namespace std::chrono;
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
@@ -39,6 +44,9 @@ void set_compaction_threshold_for_tests(std::uint64_t bytes) {
 std::uint64_t enqueued_for_tests() {
     return enqueued.load();
 }
+void set_gather_window_for_tests(std::chrono::microseconds window) {
+    gather_window_us = window.count() > 0 ? window.count() : default_gather_window.count();
+}
 
 void file_store::fail(std::string_view what, int err) {
     if (!failed_.exchange(true))
@@ -53,9 +61,11 @@ void file_store::reply(pending& p) {
     });
 }
 
-void file_store::enqueue(std::unique_ptr<pending> p) {
+void file_store::enqueue(std::unique_ptr<pending> p, bool staged) {
     {
         std::lock_guard lock(queue_mutex_);
+        if (staged)
+            staging_.fetch_sub(1);
         if (!committer_gone_) {
             queue_.push_back(std::move(p));
             enqueued.fetch_add(1);
@@ -84,10 +94,23 @@ void file_store::committer_main() {
         bool exiting = false;
         {
             std::unique_lock lock(queue_mutex_);
+            std::optional<std::chrono::steady_clock::time_point> gather_until;
             for (;;) {
                 const bool held = hold_commits.load() && !committer_exit_;
-                if (!held && !queue_.empty())
-                    break;
+                if (!held && !queue_.empty()) {
+                    // Gather: while other puts are still being staged, wait for them (at
+                    // most the window), so one syncfs and one journal sync serve them too.
+                    // Idle or single-client load has nothing staging: no wait.
+                    if (staging_ == 0 || committer_exit_)
+                        break;
+                    const auto now = std::chrono::steady_clock::now();
+                    if (!gather_until)
+                        gather_until = now + std::chrono::microseconds(gather_window_us.load());
+                    if (now >= *gather_until)
+                        break;
+                    queue_cv_.wait_until(lock, *gather_until);
+                    continue;
+                }
                 if (!held && retried != 0) {
                     queue_cv_.wait_for(lock, std::chrono::milliseconds(1));
                     break;

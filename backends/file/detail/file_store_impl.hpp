@@ -17,6 +17,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -134,6 +135,9 @@ private:
     object_result read_body(const std::string& key);
     int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
+    // put: stages the body on pool_ and hands the item to the committer from there, so
+    // the waiter is resumed once, with the final result.
+    net::awaitable<write_result> stage_and_submit(std::unique_ptr<pending> p, std::string body);
     std::string unique_suffix();
     // Claims: a key maps to true while a direct body staged for it waits at its final
     // path, to false while the committer's batch is about to rename or unlink there.
@@ -146,7 +150,7 @@ private:
     static void drop_staged(pending& p);
 
     // --- committer (commit.cpp) ---
-    void enqueue(std::unique_ptr<pending> p);
+    void enqueue(std::unique_ptr<pending> p, bool staged = false);
     void committer_main();
     void commit_batch(std::deque<std::unique_ptr<pending>>& batch);
     void maybe_compact();
@@ -189,6 +193,9 @@ private:
     std::condition_variable queue_cv_;
     std::deque<std::unique_ptr<pending>> queue_;
     bool committer_exit_ = false; // guarded by queue_mutex_
+    // Puts handed to the pool and not yet queued (or answered). Incremented on the I/O
+    // thread, decremented under queue_mutex_; the committer gathers while it is not 0.
+    std::atomic<int> staging_{0};
     bool committer_gone_ = false; // guarded by queue_mutex_
     commit_stats commit_sizes_;   // items per committed batch (metrics)
     // Items whose key had a direct body waiting: retried, in order, with the next batch.
@@ -202,6 +209,10 @@ private:
 // and count items ever handed to any committer.
 void set_commit_hold_for_tests(bool hold);
 std::uint64_t enqueued_for_tests();
+// The committer's gather window (0: back to the default).
+void set_gather_window_for_tests(std::chrono::microseconds window);
+// Puts of KEY wait on the pool, after writing their body, until the hold is lifted ("").
+void set_stage_hold_for_tests(const std::string& key);
 // Compact the journal once it reaches max(bytes, 4 × last snapshot); 0 restores 64 MiB.
 void set_compaction_threshold_for_tests(std::uint64_t bytes);
 
