@@ -61,6 +61,15 @@ net::awaitable<std::invoke_result_t<F&>> on_pool(net::thread_pool& pool,
         std::move(init), net::use_awaitable, std::move(f));
 }
 
+// Makes `item` carry the awaiting coroutine's handler; reply() answers it on the
+// handler's own executor, which is kept busy meanwhile.
+template <typename Handler>
+void attach_waiter(pending& item, Handler handler, const net::any_io_executor& fallback) {
+    net::any_io_executor ex = net::get_associated_executor(handler, fallback);
+    item.work = net::prefer(ex, net::execution::outstanding_work.tracked);
+    item.handler.emplace(std::move(handler));
+}
+
 // set_stage_hold_for_tests: puts of held_key wait after writing their body.
 std::atomic<bool> stage_hold_on{false};
 std::mutex stage_hold_mutex;
@@ -226,9 +235,7 @@ errc file_store::precheck(const std::string& key, const std::string& lock, token
 net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
     net::any_io_executor fallback = io_.get_executor();
     auto init = [this, fallback](auto handler, std::unique_ptr<pending> item) {
-        net::any_io_executor ex = net::get_associated_executor(handler, fallback);
-        item->work = net::prefer(ex, net::execution::outstanding_work.tracked);
-        item->handler.emplace(std::move(handler));
+        attach_waiter(*item, std::move(handler), fallback);
         enqueue(std::move(item));
     };
     co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(write_result)>(
@@ -241,9 +248,7 @@ net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pendin
     // once, with the committer's answer (or the stage's error), not once in between.
     net::any_io_executor fallback = io_.get_executor();
     auto init = [this, fallback](auto handler, std::unique_ptr<pending> item, std::string data) {
-        net::any_io_executor ex = net::get_associated_executor(handler, fallback);
-        item->work = net::prefer(ex, net::execution::outstanding_work.tracked);
-        item->handler.emplace(std::move(handler));
+        attach_waiter(*item, std::move(handler), fallback);
         staging_.fetch_add(1);
         net::post(pool_, [this, item = std::move(item), data = std::move(data)]() mutable {
             write_result r;

@@ -57,14 +57,18 @@ struct fixture {
         r.limit = limit;
         return run(io, s->list_fences(std::move(r)));
     }
-    // Runs the io_context until the committer has been handed N items in all (the test
-    // hook holding commits keeps them queued).
-    void wait_enqueued(std::uint64_t n) {
-        for (int i = 0; i < 5000 && detail::enqueued_for_tests() < n; ++i) {
+    // Polls the io_context every millisecond until done() or about 5 s have passed.
+    template <typename Done> void poll_until(Done done) {
+        for (int i = 0; i < 5000 && !done(); ++i) {
             io.restart();
             io.poll();
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
+    }
+    // Runs the io_context until the committer has been handed N items in all (the test
+    // hook holding commits keeps them queued).
+    void wait_enqueued(std::uint64_t n) {
+        poll_until([n] { return detail::enqueued_for_tests() >= n; });
         REQUIRE(detail::enqueued_for_tests() == n);
     }
     std::string body_file(const std::string& rel) {
@@ -381,13 +385,6 @@ TEST_CASE("the committer gathers puts still being staged, for at most its window
         }
     } reset;
     fixture f;
-    auto poll_until = [&](auto done) {
-        for (int i = 0; i < 5000 && !done(); ++i) {
-            f.io.restart();
-            f.io.poll();
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-    };
     SUBCASE("a put queued while another is on the pool waits for it: one batch") {
         const auto before = f.s->batches()->read();
         const auto base = detail::enqueued_for_tests();
@@ -401,7 +398,7 @@ TEST_CASE("the committer gathers puts still being staged, for at most its window
         f.wait_enqueued(base + 1); // x is queued, y is held on the pool
         // 300 ms: x alone would have been committed within a millisecond or so.
         const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-        poll_until([&] { return x.has_value() || std::chrono::steady_clock::now() > until; });
+        f.poll_until([&] { return x.has_value() || std::chrono::steady_clock::now() > until; });
         CHECK_FALSE(x);
         detail::set_stage_hold_for_tests("");
         f.io.restart();
@@ -426,7 +423,7 @@ TEST_CASE("the committer gathers puts still being staged, for at most its window
                       [&](std::exception_ptr, write_result r) { w = r; });
         net::co_spawn(f.io, f.s->put(put_req("v", "Lv", 1, "free")),
                       [&](std::exception_ptr, write_result r) { v = r; });
-        poll_until([&] { return v.has_value(); });
+        f.poll_until([&] { return v.has_value(); });
         REQUIRE(v);
         CHECK(v->error == errc::ok);
         CHECK_FALSE(w);
@@ -461,11 +458,7 @@ TEST_CASE("a new key's body is written in place; a second write of it waits for 
         std::optional<object_result> read;
         net::co_spawn(f.io, f.s->get("d/k", true),
                       [&](std::exception_ptr, object_result r) { read = std::move(r); });
-        for (int i = 0; i < 5000 && !read; ++i) {
-            f.io.restart();
-            f.io.poll();
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        f.poll_until([&] { return read.has_value(); });
         REQUIRE(read);
         CHECK(read->error == errc::not_found); // uncommitted: not there for readers
         // A second write of the same key, while the first is undecided, stages a temp file
