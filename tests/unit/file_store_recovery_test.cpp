@@ -37,6 +37,22 @@ std::string read_file(const fs::path& p) {
     return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// Runs `body` in a forked child with FAILPOINT armed (it kills the child with SIGKILL
+// when reached); a child that returns from `body` exits with status 3. Returns the
+// child's wait status.
+template <typename Body> int status_of_child_at(const std::string& failpoint, Body body) {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        detail::set_failpoint_for_tests(failpoint);
+        body();
+        ::_exit(3); // the failpoint was not reached
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    return status;
+}
+
 } // namespace
 
 TEST_CASE("reopen keeps fences, bodies, versions and tombstones") {
@@ -240,20 +256,14 @@ TEST_CASE("kill -9 at every step of a write") {
                     auto s = open_ok(io, dir.path);
                     REQUIRE(run(io, s->put(put_req("d/k", "L", 1, "old"))).error == errc::ok);
                 }
-                pid_t child = ::fork();
-                REQUIRE(child >= 0);
-                if (child == 0) {
-                    detail::set_failpoint_for_tests(pt.name);
+                const int status = status_of_child_at(pt.name, [&] {
                     net::io_context io;
                     file_store_options opts;
                     opts.flush = flush;
                     auto r = open_file_store(io, dir.path.string(), opts);
                     if (auto* s = std::get_if<std::unique_ptr<store>>(&r))
                         run(io, (*s)->put(put_req(key, "L", 2, "new body")));
-                    ::_exit(3); // the failpoint was not reached
-                }
-                int status = 0;
-                REQUIRE(::waitpid(child, &status, 0) == child);
+                });
                 REQUIRE(WIFSIGNALED(status));
                 CHECK(WTERMSIG(status) == SIGKILL);
 
@@ -302,16 +312,10 @@ TEST_CASE("kill -9 while replacing the journal with a snapshot") {
             auto s = open_ok(io, dir.path);
             REQUIRE(run(io, s->put(put_req("k", "L", 4, "v"))).error == errc::ok);
         }
-        pid_t child = ::fork();
-        REQUIRE(child >= 0);
-        if (child == 0) {
-            detail::set_failpoint_for_tests(name);
+        const int status = status_of_child_at(name, [&] {
             net::io_context io;
             auto r = open_file_store(io, dir.path.string(), {});
-            ::_exit(3);
-        }
-        int status = 0;
-        REQUIRE(::waitpid(child, &status, 0) == child);
+        });
         CHECK(WIFSIGNALED(status));
         net::io_context io;
         auto s = open_ok(io, dir.path);
