@@ -255,9 +255,7 @@ net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pendin
             try {
                 r = stage_put(*item, data);
             } catch (const std::exception& e) {
-                drop_staged(*item);
-                if (item->direct)
-                    release_claims({item->key});
+                abandon_staged(*item);
                 r = {};
                 r.error = errc::internal;
                 r.message = e.what();
@@ -308,9 +306,7 @@ write_result file_store::stage_put(pending& p, const std::string& body) {
             return unavailable(errno_text("creating a temp file", errno));
     }
     auto give_up = [&](std::string_view what, int err) {
-        drop_staged(p);
-        if (p.direct)
-            release_claims({p.key});
+        abandon_staged(p);
         return unavailable(errno_text(what, err));
     };
     p.body_crc = crc32c(0, body);
@@ -340,6 +336,12 @@ void file_store::release_claims(const std::vector<std::string>& keys) {
     std::lock_guard lock(claims_mutex_);
     for (const auto& k : keys)
         claims_.erase(k);
+}
+
+void file_store::abandon_staged(pending& p) {
+    drop_staged(p);
+    if (p.direct)
+        release_claims({p.key});
 }
 
 void file_store::drop_staged(pending& p) {

@@ -72,9 +72,7 @@ void file_store::enqueue(std::unique_ptr<pending> p, bool staged) {
         }
     }
     if (p) { // the committer has exited (stop())
-        drop_staged(*p);
-        if (p->direct)
-            release_claims({p->key});
+        abandon_staged(*p);
         p->result.error = errc::unavailable;
         p->result.message = "file store is stopped";
         reply(*p);

@@ -148,6 +148,8 @@ private:
     // Removes a staged body that will not be committed (its temp file, or the direct
     // body at its final path); releases nothing.
     static void drop_staged(pending& p);
+    // drop_staged, plus the claim of a direct body: for an item that never reaches a batch.
+    void abandon_staged(pending& p);
 
     // --- committer (commit.cpp) ---
     void enqueue(std::unique_ptr<pending> p, bool staged = false);
