@@ -465,6 +465,20 @@ EOF
 # and every round's figure. Each run also writes a timeline (10 ms windows of the schedule:
 # requests due, median and worst latency), and its line counts the windows whose worst
 # request took over 10 ms, so a reader can tell a few long stalls from a slow service.
+
+# fk_slow_counts PORT -> "over_5ms over_10ms over_25ms total": fencekeeper's own count of
+# requests (every route but /metrics) by time from request head to response, from its
+# fencekeeper_request_duration_seconds histogram. Taken before and after each open-loop
+# run, it tells the time fencekeeper spent on a request from the time the request waited
+# before fencekeeper read it (socket queues, the generator, the CPU held by others).
+fk_slow_counts() {
+    curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+        /^fencekeeper_request_duration_seconds_bucket/ && !/route="metrics"/ {
+            le = $0; sub(/.*le="/, "", le); sub(/".*/, "", le); v[le] += $NF
+        }
+        END { printf "%d %d %d %d\n", v["+Inf"] - v["0.005"], v["+Inf"] - v["0.01"],
+                                       v["+Inf"] - v["0.025"], v["+Inf"] }'
+}
 lat_conns=128
 for scen in $only; do
     case $scen in
@@ -493,13 +507,28 @@ for scen in $only; do
         timeline="$results/timeline-$scen-$r.tsv"
         d0="$(pg_cpu_ticks)"
         t0="$(cpu_ticks "$lat_pid")"
-        line="$("$openloop" --port "$port" "${args[@]}" "${tag[@]}" --rate "$rate" \
-            --duration "$duration" --connections "$lat_conns" --body-bytes "$body_bytes" \
-            --timeline "$timeline")" || problem "$scen: openloop failed"
+        read -r s5a s10a s25a sna < <(fk_slow_counts "$port") || true
+        # The generator's own CPU (bash's `time`, user + sys): it shares the two cores.
+        line="$( { TIMEFORMAT='%U %S'; time "$openloop" --port "$port" "${args[@]}" "${tag[@]}" \
+            --rate "$rate" --duration "$duration" --connections "$lat_conns" \
+            --body-bytes "$body_bytes" --timeline "$timeline"; } 2>"$tmp/openloop.time")" \
+            || problem "$scen: openloop failed"
         t1="$(cpu_ticks "$lat_pid")"
         d1="$(pg_cpu_ticks)"
+        read -r s5b s10b s25b snb < <(fk_slow_counts "$port") || true
         n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")"
         line+=" fk_cpu_us_per_req=$(us_per "$t0" "$t1" "${n:-0}")"
+        line+=" $(python3 - "$(tail -n 1 "$tmp/openloop.time")" "${n:-0}" \
+            "$((s5b - s5a)) $((s10b - s10a)) $((s25b - s25a)) $((snb - sna))" <<'EOF'
+import sys
+u, s = (float(x) for x in sys.argv[1].split())
+n = max(int(sys.argv[2]), 1)
+o5, o10, o25, total = (int(x) for x in sys.argv[3].split())
+pct = lambda k: f"{100 * k / total:.2f}" if total else ""
+print(f"gen_cpu_us_per_req={(u + s) * 1e6 / n:.1f} fk_over_5ms_pct={pct(o5)} "
+      f"fk_over_10ms_pct={pct(o10)} fk_over_25ms_pct={pct(o25)}")
+EOF
+)"
         [[ $scen == [PS] ]] && line+=" db_cpu_us_per_req=$(us_per "$d0" "$d1" "${n:-0}")"
         line+=" windows_over_10ms=$(awk -F'\t' 'NR > 1 && $4 > 10' "$timeline" 2>/dev/null | wc -l)"
         echo "   $line" >&2
