@@ -428,10 +428,9 @@ Read these with the load line above in mind. The offered rate is 70% of the *bes
 seen during the rounds, and it is sent minutes later, while other jobs may hold the cores;
 the open-loop generator also spends about twice wrk's CPU per request (its column above,
 mostly in the kernel: loopback TCP and a wake-up per scheduled request), on the same two
-cores. When p50 is far above the closed-loop latency, the
-offered rate was more than the machine could serve at that moment: the queue grew through
-the whole measurement and the percentiles show the backlog, not fencekeeper's service
-time. On a quiet machine rerun with `--rounds 1` to see the service time.
+cores. When p50 is far above the closed-loop latency, the offered rate was more than the
+machine could serve at that moment: the queue grew through the whole measurement and the
+percentiles show the backlog, not fencekeeper's service time. On a quiet machine rerun with `--rounds 1` to see the service time.
 
 ## Memory with many locks
 
