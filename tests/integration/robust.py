@@ -44,6 +44,17 @@ def tmp_files(root):
     return out
 
 
+def journaled_tmp_files(root):
+    """Temp files that a journal record names: committed writes whose rename had not happened
+    when the process stopped. The next start rolls the latest write of each key forward."""
+    try:
+        with open(os.path.join(root, "journal"), "rb") as f:
+            words = set(f.read().decode("utf-8", "replace").split())
+    except FileNotFoundError:
+        return []
+    return [t for t in tmp_files(root) if os.path.basename(t) in words]
+
+
 def object_files(root):
     """Every file under ROOT/objects that is not a temp file (bodies, committed or not)."""
     out = []
