@@ -81,7 +81,12 @@ def test_checker_catches_a_lost_write():
     p.wait_ready()
     load = robust.Load(lambda: p, history, ks, robust.Tokens(ks.locks), nthreads=4, sizes=(1, 512))
     load.start()
-    time.sleep(0.3)
+    # Kill once something is acknowledged: a fixed sleep can end before the first batch's
+    # syncfs does on a busy disk, and then there is nothing for the checker to miss.
+    deadline = time.monotonic() + 30
+    while not robust.acked(history) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
     p.kill()
     load.stop()
     fk.check(robust.acked(history), "nothing acknowledged")

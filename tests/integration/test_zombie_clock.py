@@ -22,7 +22,11 @@ import fk
 import zombies
 
 TTL_MS = 500
-WORK_MS = 1000
+WORK_MS = 1000    # the sanity holder S: twice its TTL
+# A works long enough for B to take the expired lock and finish a durable write (two
+# directory fsyncs, a syncfs and a journal fdatasync, or a Postgres commit) meanwhile,
+# even on a busy disk: with only WORK_MS, B had 500 ms for that.
+A_WORK_MS = 5000
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
@@ -44,23 +48,23 @@ def test_clock_jump(store):
     key = "jobs/%s/result.csv" % lock
     clock = os.path.join(fk.tmpdir("clock"), "faketime")
 
-    def careful(name, key_):
+    def careful(name, key_, work_ms):
         argv = zombies.worker_argv("--mode", "careful", "--name", name, "--lock", lock, "--key", key_,
                                    "--target", zombies.fk_target(proxy), "--redis-port", port,
-                                   "--ttl-ms", TTL_MS, "--work-ms", WORK_MS)
+                                   "--ttl-ms", TTL_MS, "--work-ms", work_ms)
         return zombies.Worker(name, rec, argv, env=_faketime_env(clock))
 
     try:
         # Sanity: without a clock step the careful check notices the expired lease.
         with open(clock, "w") as f:
             f.write("+0\n")
-        s = careful("S", key + ".sanity")
+        s = careful("S", key + ".sanity", WORK_MS)
         chk = s.wait_ev("lease_check", 10)
         fk.check(not chk["valid"], "without a clock step the lease check should fail: %r" % chk)
         s.wait_exit(10)
         fk.check(not rec.ops(worker="S"), "the sanity holder wrote although its lease expired")
 
-        a = careful("A", key)
+        a = careful("A", key, A_WORK_MS)
         a_tok = a.wait_ev("acquired", 10)["token"]
         a.wait_ev("working", 5)
         with open(clock, "w") as f:          # A's clock steps back 30 s
@@ -91,7 +95,7 @@ def test_clock_jump(store):
     body = rec.expect_stale(a_put[0], fence=b_tok)
     print("  A (token %d) worked %d ms, but its stepped-back clock measured %.0f ms, so it believed "
           "its %d ms lease still valid while B (token %d) held the lock and wrote; A's write: 409, "
-          "current_token %d" % (a_tok, WORK_MS, chk["elapsed_ms"], TTL_MS, b_tok, body["current_token"]))
+          "current_token %d" % (a_tok, A_WORK_MS, chk["elapsed_ms"], TTL_MS, b_tok, body["current_token"]))
     zombies.restart_proxy_hard(proxy)
     keys_state, fences = rec.check(proxy, [key], [lock])
     fk.eq(keys_state[key][0], b_op.value, "stored value (B's)")
