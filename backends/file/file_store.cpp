@@ -105,6 +105,7 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
     if (auto err = s->recover())
         return *err;
     s->committer_ = std::thread([p = s.get()] { p->committer_main(); });
+    s->flusher_ = std::thread([p = s.get()] { p->flusher_main(); });
     return std::unique_ptr<store>(std::move(s));
 }
 
@@ -140,6 +141,14 @@ void file_store::stop() {
     queue_cv_.notify_all();
     if (committer_.joinable())
         committer_.join();
+    // After the committer: its last batches may still ask for a flush, done before exit.
+    {
+        std::lock_guard lock(flush_mutex_);
+        flusher_exit_ = true;
+    }
+    flush_cv_.notify_all();
+    if (flusher_.joinable())
+        flusher_.join();
 }
 
 std::string file_store::unique_suffix() {
@@ -277,7 +286,7 @@ net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pendin
         std::move(init), net::use_awaitable, std::move(p), std::move(body));
 }
 
-write_result file_store::stage_put(pending& p, const std::string& body) {
+write_result file_store::stage_put(pending& p, std::string& body) {
     if (!usable())
         return unavailable("file store is not available");
     if (int err = open_dir(p.path, true, p.dir); err != 0)
@@ -313,6 +322,10 @@ write_result file_store::stage_put(pending& p, const std::string& body) {
     p.size = body.size();
     if (int err = write_all(fd.get(), body); err != 0)
         return give_up("writing a body", err);
+    // A small body also goes into its journal record: then neither this file nor its
+    // directory entry has to be durable before the commit (docs/file-store.md).
+    if (syncfs_batches_ && body.size() <= journaled_body_max)
+        p.journaled_body = std::move(body);
     while (stage_held(p.key))
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     FK_FAILPOINT("before_body_fsync");

@@ -73,7 +73,8 @@ def expect_failed_state(p, what):
         fk.eq(c.healthz().status, 200, "/healthz after " + what)
 
 
-def sequential_eio(path_filter, fail_after, expect_codes, flush=None, failed_call=None):
+def sequential_eio(path_filter, fail_after, expect_codes, flush=None, failed_call=None,
+                   body_size=3000, pause_s=0.0):
     st = fk.file_store()
     if flush:
         st.config = fk.deep_merge(st.config, {"file": {"flush": flush}})
@@ -86,7 +87,9 @@ def sequential_eio(path_filter, fail_after, expect_codes, flush=None, failed_cal
     with p.client() as c:
         for i in range(1, 200):
             key = ks.keys[i % len(ks.keys)]
-            r = put_op(history, c, key, lock, i, robust.body_for("eio-%d" % i, 3000 + i))
+            if pause_s:
+                time.sleep(pause_s)
+            r = put_op(history, c, key, lock, i, robust.body_for("eio-%d" % i, body_size + i))
             fk.check(r is not None, "write %d: no reply: %r" % (i, history.ops[-1]))
             if r.status >= 500:
                 failed = (i, r)
@@ -126,9 +129,18 @@ def test_body_fsync_eio():
 
 
 def test_batch_syncfs_eio():
-    # file.flush "syncfs" (the default): bodies are not fsynced one by one; the batch's
-    # syncfs (called on objects/) fails before the commit record, so nothing is written: 503.
-    sequential_eio("objects", 8, (503,), failed_call="syncfs")
+    # file.flush "syncfs" (the default): bodies are not fsynced one by one; a batch with a
+    # body too large to journal (over 4 KiB) syncs them with one syncfs (called on
+    # objects/) before the commit record. It fails, so nothing is written: 503.
+    sequential_eio("objects", 8, (503,), failed_call="syncfs", body_size=5000)
+
+
+def test_background_syncfs_eio():
+    # Small bodies are journaled with their records and committed without a syncfs; the
+    # flusher's syncfs (on objects/, after commits) makes the files durable later. When it
+    # fails, the store enters the failed state: the next write gets 503, and every write
+    # acknowledged before is intact after the restart (its journal record holds the body).
+    sequential_eio("objects", 3, (503,), failed_call="syncfs", body_size=200, pause_s=0.03)
 
 
 def test_journal_enospc_torn_tail():

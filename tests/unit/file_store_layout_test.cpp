@@ -181,12 +181,39 @@ TEST_CASE("journal records round-trip, with hostile field bytes percent-encoded"
     CHECK(q.body_crc == 0xDEADBEEF);
     CHECK(q.tmp == "y~tmp~1");
     CHECK(q.content_type.empty());
+    CHECK_FALSE(q.body); // no body field: none journaled
     CHECK(parsed.records[2].token == 9223372036854775807);
     CHECK(parsed.records[3].type == record_type::del);
     CHECK(encode_field("a b%c") == "a%20b%25c");
     CHECK(decode_field("a%20b%25c") == "a b%c");
     CHECK_FALSE(decode_field("a%2"));
     CHECK_FALSE(decode_field("a%zz"));
+}
+
+TEST_CASE("journal: a put record can carry its body, which must match its size and CRC") {
+    auto with_body = [](std::string body, std::uint64_t size, std::uint32_t crc) {
+        record p = put_record("k", "L", 1, 1, 5);
+        p.size = size;
+        p.body_crc = crc;
+        p.content_type = "application/octet-stream";
+        p.body = std::move(body);
+        std::string text;
+        append_record(text, p);
+        return text;
+    };
+    for (const std::string& body :
+         {std::string(), std::string("plain"), std::string("sp ace%\n\0\x7F\xFF", 11)}) {
+        CAPTURE(body);
+        auto parsed = parse_journal(with_body(body, body.size(), crc32c(0, body)));
+        CHECK_FALSE(parsed.damaged);
+        REQUIRE(parsed.records.size() == 1);
+        REQUIRE(parsed.records[0].body);
+        CHECK(*parsed.records[0].body == body);
+        CHECK(parsed.records[0].content_type == "application/octet-stream");
+    }
+    // A record whose body disagrees with its own size or CRC is not intact.
+    CHECK(parse_journal(with_body("abc", 4, crc32c(0, "abc"))).damaged);
+    CHECK(parse_journal(with_body("abc", 3, crc32c(0, "abd"))).damaged);
 }
 
 TEST_CASE("journal: a torn or corrupt tail stops replay; intact records after damage are flagged") {

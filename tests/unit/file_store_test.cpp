@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -543,28 +545,34 @@ TEST_CASE("concurrent writes of new keys: every body matches the version that wr
     check_all(f);
 }
 
+// A body too large to be journaled: its batch syncs it with a syncfs before the commit.
+const std::string large_body(detail::journaled_body_max + 1, 'L');
+
 TEST_CASE("a failed fsync puts the store in the failed state") {
     using detail::sync_kind;
     struct fault_case {
         file_flush flush;
         sync_kind kind;
         errc expected; // unavailable: nothing was written; outcome_unknown: may have been
+        std::string v2;
     };
     const fault_case cases[] = {
-        {file_flush::syncfs, sync_kind::staged, errc::unavailable},
-        {file_flush::syncfs, sync_kind::journal, errc::outcome_unknown},
-        {file_flush::fsync, sync_kind::body, errc::unavailable},
-        {file_flush::fsync, sync_kind::directory, errc::unavailable}, // before the commit
-        {file_flush::fsync, sync_kind::journal, errc::outcome_unknown},
+        {file_flush::syncfs, sync_kind::staged, errc::unavailable, large_body},
+        {file_flush::syncfs, sync_kind::journal, errc::outcome_unknown, "v2"},
+        {file_flush::syncfs, sync_kind::journal, errc::outcome_unknown, large_body},
+        {file_flush::fsync, sync_kind::body, errc::unavailable, "v2"},
+        {file_flush::fsync, sync_kind::directory, errc::unavailable, "v2"}, // before commit
+        {file_flush::fsync, sync_kind::journal, errc::outcome_unknown, "v2"},
     };
     for (const auto& c : cases) {
         CAPTURE(c.flush == file_flush::syncfs ? "syncfs" : "fsync");
         CAPTURE(detail::to_string(c.kind));
+        CAPTURE(c.v2.size());
         fixture f(c.flush);
         REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
         const sync_kind kind = c.kind;
         detail::set_fsync_fault_for_tests([kind](sync_kind k) { return k == kind ? EIO : 0; });
-        auto w = f.put("k", "k", 2, "v2");
+        auto w = f.put("k", "k", 2, c.v2);
         detail::set_fsync_fault_for_tests(nullptr);
         CHECK(w.error == c.expected);
 
@@ -583,9 +591,38 @@ TEST_CASE("a failed fsync puts the store in the failed state") {
         if (c.expected == errc::unavailable)
             CHECK(g.body == "v1");
         else
-            CHECK((g.body == "v1" || g.body == "v2"));
+            CHECK((g.body == "v1" || g.body == c.v2));
         CHECK(f.put("k", "k", 3, "v3").error == errc::ok);
     }
+}
+
+TEST_CASE("a failed background syncfs puts the store in the failed state; the write stays") {
+    using detail::sync_kind;
+    fixture f;
+    std::atomic<int> flushes{0};
+    std::atomic<bool> fail_flushes{false};
+    detail::set_fsync_fault_for_tests([&](sync_kind k) {
+        if (k != sync_kind::background)
+            return 0;
+        ++flushes;
+        return fail_flushes.load() ? EIO : 0;
+    });
+    REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
+    f.poll_until([&] { return flushes.load() >= 1; }); // v1's flush, before the fault
+    REQUIRE(flushes.load() >= 1);
+    flushes = 0;
+    fail_flushes = true;
+    // Committed through its journal record: acknowledged before the flusher runs.
+    CHECK(f.put("k", "k", 2, "v2").error == errc::ok);
+    f.poll_until([&] { return !f.s->ready(); });
+    detail::set_fsync_fault_for_tests(nullptr);
+    CHECK(flushes.load() >= 1);
+    CHECK_FALSE(f.s->ready());
+    CHECK(f.get("k").error == errc::unavailable);
+    f.s.reset();
+    f.s = open_ok(f.io, f.dir.path / "root");
+    CHECK(f.get("k").body == "v2");
+    CHECK(f.put("k", "k", 1, "zombie").error == errc::stale_token);
 }
 
 // The durability sequence of one write to an existing directory (docs/file-store.md,
@@ -599,14 +636,66 @@ TEST_CASE("file.flush: the syncs of one write, in order") {
         seen.push_back(k);
         return 0; // and the real call goes ahead
     };
-    SUBCASE("syncfs: one syncfs before the commit record; no body or directory fsync") {
+    // The flusher's syncfs runs on its own thread, at its own time.
+    auto without_background = [&] {
+        std::lock_guard lock(m);
+        std::vector<sync_kind> out;
+        for (auto k : seen)
+            if (k != sync_kind::background)
+                out.push_back(k);
+        return out;
+    };
+    SUBCASE("syncfs, a large body: one syncfs before the commit record; no body or "
+            "directory fsync") {
         fixture f(file_flush::syncfs);
         REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
         detail::set_fsync_fault_for_tests(record);
-        auto w = f.put("k", "k", 2, "v2");
+        auto w = f.put("k", "k", 2, large_body);
         detail::set_fsync_fault_for_tests(nullptr);
         CHECK(w.error == errc::ok);
-        CHECK(seen == std::vector{sync_kind::staged, sync_kind::journal});
+        CHECK(without_background() == std::vector{sync_kind::staged, sync_kind::journal});
+    }
+    SUBCASE("syncfs, a small body: only the commit record is synced; a background syncfs "
+            "follows") {
+        fixture f(file_flush::syncfs);
+        REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
+        detail::set_fsync_fault_for_tests(record);
+        auto w = f.put("k", "k", 2, std::string(detail::journaled_body_max, 's'));
+        CHECK(w.error == errc::ok);
+        CHECK(without_background() == std::vector{sync_kind::journal});
+        // (The first put's flush may come in at any point.)
+        auto background_after_commit = [&] {
+            std::lock_guard lock(m);
+            auto j = std::find(seen.begin(), seen.end(), sync_kind::journal);
+            return j != seen.end() && std::find(j, seen.end(), sync_kind::background) != seen.end();
+        };
+        f.poll_until(background_after_commit);
+        detail::set_fsync_fault_for_tests(nullptr);
+        CHECK(background_after_commit());
+    }
+    SUBCASE("syncfs, small and large bodies in one batch: one syncfs before the commit") {
+        fixture f(file_flush::syncfs);
+        const auto base = detail::enqueued_for_tests();
+        detail::set_commit_hold_for_tests(true);
+        std::vector<std::optional<write_result>> results(3);
+        const std::string bodies[] = {"small", large_body, "tiny"};
+        for (int i = 0; i < 3; ++i)
+            net::co_spawn(f.io, f.s->put(put_req("k" + std::to_string(i), "k", 1, bodies[i])),
+                          [&results, i](std::exception_ptr, write_result r) { results[i] = r; });
+        f.wait_enqueued(base + 3);
+        detail::set_fsync_fault_for_tests(record);
+        detail::set_commit_hold_for_tests(false);
+        f.io.restart();
+        f.io.run();
+        for (auto& r : results) {
+            REQUIRE(r);
+            CHECK(r->error == errc::ok);
+        }
+        REQUIRE(f.s->batches() != nullptr);
+        detail::set_fsync_fault_for_tests(nullptr);
+        CHECK(without_background() == std::vector{sync_kind::staged, sync_kind::journal});
+        for (int i = 0; i < 3; ++i)
+            CHECK(f.get("k" + std::to_string(i)).body == bodies[i]);
     }
     SUBCASE("fsync: the body, its directory, the commit record, the directory again") {
         fixture f(file_flush::fsync);
@@ -629,12 +718,13 @@ TEST_CASE("file.flush: the syncs of one write, in order") {
         detail::set_fsync_fault_for_tests(nullptr);
         detail::set_compaction_threshold_for_tests(0);
         int snapshots = 0;
-        for (std::size_t i = 0; i < seen.size(); ++i) {
-            if (seen[i] != sync_kind::snapshot)
+        const auto committer_syncs = without_background();
+        for (std::size_t i = 0; i < committer_syncs.size(); ++i) {
+            if (committer_syncs[i] != sync_kind::snapshot)
                 continue;
             ++snapshots;
             CHECK(i > 0);
-            CHECK(seen[i - 1] == sync_kind::filesystem);
+            CHECK(committer_syncs[i - 1] == sync_kind::filesystem);
         }
         CHECK(snapshots > 0);
     }

@@ -28,6 +28,10 @@ std::atomic<std::uint64_t> min_compaction_bytes{64ull << 20};
 constexpr std::chrono::microseconds default_gather_window{300};
 std::atomic<std::int64_t> gather_window_us{default_gather_window.count()};
 
+// The flusher's pause after a syncfs, so that one syncfs serves the commits of that
+// pause (docs/file-store.md, "Journaled bodies").
+constexpr std::chrono::milliseconds flush_interval{50};
+
 std::int64_t now_ms() {
     using namespace std::chrono;
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
@@ -235,6 +239,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
 
     std::string records;
     std::size_t accepted = 0;
+    std::size_t journaled = 0; // accepted puts whose body is in their record
     for (auto& up : batch) {
         pending& p = *up;
         auto f = fence_of(p.lock);
@@ -289,6 +294,10 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             rec.body_crc = p.body_crc;
             rec.tmp = p.tmp;
             rec.content_type = p.content_type;
+            rec.body = std::move(p.journaled_body);
+            p.journaled_body.reset();
+            p.body_journaled = rec.body.has_value();
+            journaled += p.body_journaled ? 1 : 0;
             append_record(records, rec);
             key_overlay[p.key] = std::move(next);
         } else if (km.exists) {
@@ -325,12 +334,14 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     // 2. The new bodies and tmp entries must be durable before the journal names them,
     //    so that recovery can roll a committed write forward: one syncfs covers them
     //    all, or (file.flush "fsync") each directory is fsynced, its bodies having been
-    //    fsynced when staged.
+    //    fsynced when staged. A journaled body needs neither: its record carries it,
+    //    and recovery rewrites the file from there. A batch of only those (and deletes
+    //    and fence advances) goes straight to the commit.
     std::unordered_map<std::string, int> tmp_dirs, touched_dirs;
     for (auto& p : batch) {
         if (!p->accepted || !p->dir)
             continue;
-        if (p->op == pending::kind::put)
+        if (p->op == pending::kind::put && !p->body_journaled)
             tmp_dirs.emplace(p->path.dir_id(), p->dir->get());
         if ((p->op == pending::kind::put && !p->direct) || p->existed)
             touched_dirs.emplace(p->path.dir_id(), p->dir->get());
@@ -413,11 +424,15 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     FK_FAILPOINT("after_rename");
 
     // 5. Make the renames and unlinks durable. With syncfs batches this is left to the
-    //    next batch's syncfs (or the one before a snapshot): the write is already durable
-    //    through its journal record and its synced temp file, and recovery redoes a
-    //    rename that a power loss undid.
-    if (syncfs_batches_)
+    //    flusher's syncfs (or a later batch's, or the one before a snapshot), as are
+    //    journaled bodies: the write is already durable through its journal record and
+    //    its synced temp file or journaled body, and recovery redoes a rename that a
+    //    power loss undid and rewrites a journaled body that it lost.
+    if (syncfs_batches_) {
+        if (journaled != 0 || !touched_dirs.empty())
+            request_flush();
         touched_dirs.clear();
+    }
     for (auto& [id, fd] : touched_dirs) {
         if (int e = sync_fd(fd, sync_kind::directory); e != 0) {
             fail("fsync of a directory after rename", e);
@@ -432,6 +447,34 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             logging::write(logging::level::debug, "fence advanced",
                            {{"lock", lock_name}, {"token", f.token}});
     reply_all();
+}
+
+void file_store::request_flush() {
+    {
+        std::lock_guard lock(flush_mutex_);
+        if (flush_wanted_)
+            return;
+        flush_wanted_ = true;
+    }
+    flush_cv_.notify_one();
+}
+
+void file_store::flusher_main() {
+    std::unique_lock lock(flush_mutex_);
+    for (;;) {
+        flush_cv_.wait(lock, [&] { return flush_wanted_ || flusher_exit_; });
+        if (!flush_wanted_)
+            return; // exiting, nothing left to flush
+        flush_wanted_ = false;
+        lock.unlock();
+        // Nothing depends on this syncfs for correctness (the journal holds the bodies),
+        // but a write-back error means bodies in place were lost: fail like any other.
+        if (!failed_)
+            if (int err = sync_fd(objects_fd_->get(), sync_kind::background); err != 0)
+                fail("background syncfs of journaled bodies", err);
+        lock.lock();
+        flush_cv_.wait_for(lock, flush_interval, [&] { return flusher_exit_; });
+    }
 }
 
 void file_store::maybe_compact() {

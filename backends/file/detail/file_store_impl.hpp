@@ -56,6 +56,9 @@ inline key_meta tombstone(std::int64_t version, std::int64_t ms) {
 }
 
 using fence_map = std::map<std::string, fence_entry>; // bytewise order for listing
+
+// Bodies up to this size are copied into their journal record (file.flush "syncfs").
+inline constexpr std::size_t journaled_body_max = 4096;
 using key_map = std::unordered_map<std::string, key_meta>;
 
 // One write, delete or fence advance on its way through the committer.
@@ -70,6 +73,11 @@ struct pending {
     std::uint64_t size = 0;
     std::uint32_t body_crc = 0;
     std::string tmp; // the temp file, or "" when `direct`
+    // put: a copy of the body for its journal record (a small body with file.flush
+    // "syncfs"): the batch commits it without a syncfs, and recovery rewrites the file
+    // from the journal if the file did not reach the disk.
+    std::optional<std::string> journaled_body;
+    bool body_journaled = false; // the committer put journaled_body into the record
     // put: the body was created at its final path (the key had no body and no other
     // write of it was in flight), so committing it needs no rename. The store's claim
     // on the key (file_store::claims_) keeps everyone else off that path until the
@@ -114,6 +122,9 @@ private:
     // Does the body (or, with roll_forward, its temp file, then renamed into place) hold
     // what `r` says? Returns 0 or the errno of a failure that must stop startup.
     int verify_put(const record& r, bool roll_forward, bool& ok, bool& rolled);
+    // Rewrites the body of `r` (a record carrying it) at its path, through a temp file
+    // and a rename; recover() makes it durable with its final syncfs. 0 or errno.
+    int restore_body(const record& r);
     // Removes temp files, and bodies of keys the journal does not have (a new key's body
     // written in place whose commit never happened).
     void remove_stray_files();
@@ -131,7 +142,8 @@ private:
     std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
                                    token_t token, const fence::preconditions& pre,
                                    write_result& r) const;
-    write_result stage_put(pending& p, const std::string& body);
+    // Writes `body` to its file; may move it into p.journaled_body.
+    write_result stage_put(pending& p, std::string& body);
     object_result read_body(const std::string& key);
     int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
@@ -158,6 +170,11 @@ private:
     void maybe_compact();
     void reply(pending& p);
     void fail(std::string_view what, int err);
+    // The flusher: a syncfs() after batches that committed journaled bodies, off the
+    // commit path, so files in place become durable soon and the snapshot's syncfs and
+    // recovery have little left to do.
+    void flusher_main();
+    void request_flush();
 
     net::io_context& io_;
     // true: bodies are written without fsync and one syncfs per batch makes them (and
@@ -203,8 +220,14 @@ private:
     // Items whose key had a direct body waiting: retried, in order, with the next batch.
     std::deque<std::unique_ptr<pending>> deferred_; // committer only
 
+    std::mutex flush_mutex_;
+    std::condition_variable flush_cv_;
+    bool flush_wanted_ = false; // guarded by flush_mutex_
+    bool flusher_exit_ = false; // guarded by flush_mutex_
+
     net::thread_pool pool_;
     std::thread committer_;
+    std::thread flusher_;
 };
 
 // Test hooks: hold the committer (items queue up and form one batch when released),

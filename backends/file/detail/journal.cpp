@@ -102,14 +102,20 @@ std::optional<record> parse_body(std::string_view body) {
         return r;
     case 'P': {
         r.type = record_type::put;
-        if (f.size() != 10 || !text(1, r.key) || !text(2, r.lock) || !num(3, r.token) ||
-            !num(4, r.version) || !num(5, r.ms) || !num(6, r.size) || !text(8, r.tmp) ||
-            !text(9, r.content_type))
+        if ((f.size() != 10 && f.size() != 11) || !text(1, r.key) || !text(2, r.lock) ||
+            !num(3, r.token) || !num(4, r.version) || !num(5, r.ms) || !num(6, r.size) ||
+            !text(8, r.tmp) || !text(9, r.content_type))
             return std::nullopt;
         auto crc = parse_hex8(f[7]);
         if (!crc)
             return std::nullopt;
         r.body_crc = *crc;
+        if (f.size() == 11) {
+            // A journaled body must be the one the record describes.
+            r.body.emplace();
+            if (!text(10, *r.body) || r.body->size() != r.size || crc32c(0, *r.body) != r.body_crc)
+                return std::nullopt;
+        }
         return r;
     }
     case 'D':
@@ -194,6 +200,8 @@ void append_record(std::string& out, const record& r) {
         append_hex8(body, r.body_crc);
         append_text(body, r.tmp);
         append_text(body, r.content_type);
+        if (r.body)
+            append_text(body, *r.body);
         break;
     case record_type::del:
         append_text(body, r.key);

@@ -7,7 +7,10 @@
 //   V count                                         snapshot header: the next `count`
 //                                                   records were verified against disk
 //   F lock token ms                                 fence advance
-//   P key lock token version ms size crc tmp ctype  write (also advances lock's fence)
+//   P key lock token version ms size crc tmp ctype [body]
+//                                                   write (also advances lock's fence);
+//                                                   `body`, when present, is a copy of
+//                                                   the body (small bodies, "syncfs")
 //   D key lock token version ms                     delete (also advances lock's fence)
 
 #include "fence/token.hpp"
@@ -33,6 +36,10 @@ struct record {
     std::uint32_t body_crc = 0;
     std::string tmp; // P: name of the temp file in the body's directory ("" in snapshots)
     std::string content_type;
+    // P: the body itself, journaled with the record (docs/file-store.md, "Journaled
+    // bodies"); recovery rewrites the file from it. Absent in snapshots and for large
+    // bodies. A parsed copy always has `size` bytes and CRC `body_crc`.
+    std::optional<std::string> body;
     std::uint64_t count = 0; // V
 };
 

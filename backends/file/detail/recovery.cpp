@@ -132,6 +132,27 @@ int file_store::verify_put(const record& r, bool roll_forward, bool& ok, bool& r
     return file_matches(dir->get(), path->file, r.size, r.body_crc, ok);
 }
 
+int file_store::restore_body(const record& r) {
+    auto path = object_path_for(r.key);
+    if (!path || !r.body)
+        return EINVAL;
+    std::shared_ptr<unique_fd> dir;
+    if (int err = open_dir(*path, true, dir); err != 0)
+        return err;
+    const std::string tmp = tmp_name(path->file, unique_suffix());
+    unique_fd fd(::openat(dir->get(), tmp.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd)
+        return errno;
+    int err = write_all(fd.get(), *r.body);
+    fd.reset();
+    if (err == 0 && ::renameat(dir->get(), tmp.c_str(), dir->get(), path->file.c_str()) != 0)
+        err = errno;
+    if (err != 0)
+        ::unlinkat(dir->get(), tmp.c_str(), 0);
+    return err;
+}
+
 std::optional<open_error> file_store::recover() {
     std::string text;
     {
@@ -188,7 +209,18 @@ std::optional<open_error> file_store::recover() {
     }
 
     // Make each key's body agree with its last record.
-    std::size_t rolled = 0, fell_back = 0;
+    std::size_t rolled = 0, fell_back = 0, restored = 0;
+    // A put whose body is neither in place nor in its temp file: rewritten from the copy
+    // in its record, if it has one (a journaled body whose file a power loss took).
+    auto settle = [&](const record& r, bool roll_forward, bool& ok, bool& rolled_this) -> int {
+        if (int err = verify_put(r, roll_forward, ok, rolled_this); err != 0 || ok || !r.body)
+            return err;
+        if (int err = restore_body(r); err != 0)
+            return err;
+        ok = true;
+        ++restored;
+        return 0;
+    };
     for (auto& [key, k] : replay) {
         if (k.verified) {
             keys_.emplace(key, meta_of(k.last));
@@ -206,16 +238,17 @@ std::optional<open_error> file_store::recover() {
             continue;
         }
         bool ok = false, rolled_this = false;
-        if (int err = verify_put(k.last, true, ok, rolled_this); err != 0)
+        if (int err = settle(k.last, true, ok, rolled_this); err != 0)
             return io_error(root_, "checking the body of '" + key + "'", err);
         if (ok) {
             rolled += rolled_this ? 1 : 0;
             keys_.emplace(key, meta_of(k.last));
             continue;
         }
-        // Neither body nor temp file holds the last write. Replies are sent only after
-        // the rename is durable, so it was never acknowledged: fall back to the record
-        // before it. Its fence advance stays (a fence may only move up).
+        // Neither body nor temp file holds the last write, and its record has no copy.
+        // Such a body was durable before its record was written, so a correct run
+        // cannot get here: fall back to the record before it (an error is logged). Its
+        // fence advance stays (a fence may only move up).
         ++fell_back;
         logging::write(logging::level::error,
                        "file store: journaled write not found on disk, falling back",
@@ -223,7 +256,7 @@ std::optional<open_error> file_store::recover() {
         if (!k.prev)
             continue; // the key never existed
         if (k.prev->type == record_type::put) {
-            if (int err = verify_put(*k.prev, false, ok, rolled_this); err != 0)
+            if (int err = settle(*k.prev, false, ok, rolled_this); err != 0)
                 return io_error(root_, "checking the body of '" + key + "'", err);
             if (!ok) {
                 logging::write(logging::level::error,
@@ -235,9 +268,12 @@ std::optional<open_error> file_store::recover() {
         }
         keys_.emplace(key, meta_of(*k.prev));
     }
-    if (rolled != 0 || fell_back != 0)
+    if (rolled != 0 || fell_back != 0 || restored != 0)
         logging::write(logging::level::info, "file store recovered",
-                       {{"root", root_}, {"rolled_forward", rolled}, {"fell_back", fell_back}});
+                       {{"root", root_},
+                        {"rolled_forward", rolled},
+                        {"restored_from_journal", restored},
+                        {"fell_back", fell_back}});
 
     remove_stray_files();
 

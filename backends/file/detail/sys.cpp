@@ -87,6 +87,8 @@ std::string_view to_string(sync_kind k) noexcept {
         return "filesystem";
     case sync_kind::staged:
         return "staged";
+    case sync_kind::background:
+        return "background";
     }
     return "?";
 }
@@ -120,6 +122,7 @@ int sync_fd(int fd, sync_kind kind) noexcept {
         break;
     case sync_kind::filesystem:
     case sync_kind::staged:
+    case sync_kind::background:
         rc = ::syncfs(fd);
         break;
     default:

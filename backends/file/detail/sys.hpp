@@ -49,6 +49,7 @@ enum class sync_kind {
     snapshot,   // fsync of a freshly written compacted journal
     filesystem, // syncfs at startup, and before a snapshot (file.flush "syncfs")
     staged,     // syncfs before a batch's commit record (file.flush "syncfs")
+    background, // the flusher's syncfs after batches of journaled bodies ("syncfs")
 };
 std::string_view to_string(sync_kind k) noexcept;
 
