@@ -43,7 +43,7 @@ struct postgres_settings {
 // How the file store makes a batch's new body files durable before its commit record
 // (docs/file-store.md, "Write sequence").
 enum class file_flush {
-    syncfs, // one syncfs() of the store's file system per batch
+    syncfs, // small bodies journaled with their records; else one syncfs() per batch
     fsync,  // an fsync() of every body file, plus one of each directory holding one
 };
 

@@ -329,7 +329,8 @@ write_result file_store::stage_put(pending& p, std::string& body) {
     while (stage_held(p.key))
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     FK_FAILPOINT("before_body_fsync");
-    // With syncfs batches the committer's one syncfs makes this body durable.
+    // With syncfs batches the body is journaled with its record, or (a large one) the
+    // committer's syncfs makes it durable.
     if (int err = syncfs_batches_ ? 0 : sync_fd(fd.get(), sync_kind::body); err != 0) {
         fail("fsync of a body", err);
         return give_up("fsync of a body", err);

@@ -294,6 +294,38 @@ TEST_CASE("journal compaction keeps everything and shrinks the journal") {
     CHECK(run(io, s->read_fence("key0")).fence.token == 1000);
 }
 
+TEST_CASE("journaled bodies do not bring compaction forward, up to four times the threshold") {
+    temp_dir dir;
+    net::io_context io;
+    detail::set_compaction_threshold_for_tests(64 * 1024);
+    struct restore {
+        ~restore() { detail::set_compaction_threshold_for_tests(0); }
+    } restore_threshold;
+    auto s = open_ok(io, dir.path);
+    const std::string body(2000, 'b'); // journaled: a record is ~2.1 KB, ~100 B without it
+    auto snapshot_count = [&] {
+        auto parsed = detail::parse_journal(read_file(dir.path / "journal"));
+        REQUIRE_FALSE(parsed.records.empty());
+        REQUIRE(parsed.records[0].type == detail::record_type::verified);
+        return std::pair(parsed.records[0].count, parsed.records.size());
+    };
+    // ~126 KB of journal, past the threshold, but ~6 KB of it records: no snapshot yet
+    // (the journal is still the startup one: an empty snapshot and 60 records).
+    for (int i = 0; i < 60; ++i)
+        REQUIRE(run(io, s->put(put_req("k" + std::to_string(i), "L", i + 1, body))).error ==
+                errc::ok);
+    CHECK(snapshot_count() == std::pair<std::uint64_t, std::size_t>(0, 61));
+    // Past four times the threshold (256 KiB) in all: compacted.
+    for (int i = 60; i < 140; ++i)
+        REQUIRE(run(io, s->put(put_req("k" + std::to_string(i), "L", i + 1, body))).error ==
+                errc::ok);
+    CHECK(snapshot_count().first > 100);
+    s.reset();
+    s = open_ok(io, dir.path);
+    CHECK(run(io, s->get("k139", true)).body == body);
+    CHECK(run(io, s->read_fence("L")).fence.token == 140);
+}
+
 // Kills a child process at each named step of a write (FK_FAILPOINTS builds only) and
 // checks what a restart finds: the old or the new version whole, never a mix, the fence
 // consistent with it, no temp files left.

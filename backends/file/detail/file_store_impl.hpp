@@ -177,9 +177,11 @@ private:
     void request_flush();
 
     net::io_context& io_;
-    // true: bodies are written without fsync and one syncfs per batch makes them (and
-    // their directory entries) durable before the commit record; false: each body is
-    // fsynced when staged and each directory holding one before the commit record.
+    // true: bodies are written without fsync; small ones are journaled with their
+    // records (the flusher's syncfs writes their files later), and for a batch with a
+    // larger one a syncfs makes its files (and their directory entries) durable before
+    // the commit record; false: each body is fsynced when staged and each directory
+    // holding one before the commit record.
     bool syncfs_batches_ = true;
     std::string root_;
     unique_fd root_fd_;
@@ -187,6 +189,7 @@ private:
     std::shared_ptr<unique_fd> objects_fd_;
     unique_fd journal_fd_;
     std::uint64_t journal_bytes_ = 0;  // committer only
+    std::uint64_t body_bytes_ = 0;     // committer only: journaled bodies' share of it
     std::uint64_t snapshot_bytes_ = 0; // committer only
     std::uint64_t next_compaction_ = 0;
 

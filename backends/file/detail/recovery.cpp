@@ -404,6 +404,7 @@ int file_store::write_snapshot(std::string& error) {
     }
     journal_fd_ = std::move(fd); // positioned at the end: the committer appends here
     journal_bytes_ = snapshot_bytes_ = total;
+    body_bytes_ = 0; // a snapshot carries no bodies
     return 0;
 }
 
