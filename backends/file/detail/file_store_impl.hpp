@@ -170,9 +170,9 @@ private:
     void maybe_compact();
     void reply(pending& p);
     void fail(std::string_view what, int err);
-    // The flusher: a syncfs() after batches that committed journaled bodies, off the
-    // commit path, so files in place become durable soon and the snapshot's syncfs and
-    // recovery have little left to do.
+    // The flusher: a syncfs() after batches that committed journaled bodies or renamed
+    // or unlinked files, off the commit path, so files in place become durable soon and
+    // the snapshot's syncfs and recovery have little left to do.
     void flusher_main();
     void request_flush();
 
