@@ -390,18 +390,19 @@ so it also holds that server's background work (WAL writer, checkpointer, autova
 {latency_table}
 
 Offered rate = 70% of the highest median fencekeeper rate of that scenario over the client
-counts above, sent by `scripts/bench/openloop.cpp` at a fixed schedule over 128
-connections for {meta.get('duration')} s, once per round. Latency runs from each request's
-*scheduled* send time, so a stall also counts against the requests queued behind it (no
-coordinated omission). The percentiles are medians over the rounds; "p99 per round" and
-the window counts show every round, and max is the largest of any round. A window is 10 ms
-of the schedule; the count says in how many of them at least one request took over 10 ms,
-and `timeline-<scenario>-<round>.tsv` in the results directory lists every window (requests
-due, median and worst latency), which is how a few long stalls are told from a slow
-service. Peak RSS is the `VmHWM` of the fencekeeper process that served the scenario, at
-the end of the run. CPU-µs/req columns are medians over the rounds, measured across each
-open-loop run the same way as above; "generator" is the open-loop program itself (user +
-system time), which runs on the same two cores.
+counts above, sent by `scripts/bench/openloop.cpp` (two threads, each with its own epoll
+set) at a fixed schedule over 128 connections for {meta.get('duration')} s, once per
+round. Latency runs from each request's *scheduled* send time, so a stall also counts
+against the requests queued behind it (no coordinated omission). The percentiles are
+medians over the rounds; "p99 per round" and the window counts show every round, and max
+is the largest of any round. A window is 10 ms of the schedule; the count says in how many
+of them at least one request took over 10 ms, and `timeline-<scenario>-<round>.tsv` in the
+results directory lists every window (requests due, median and worst latency), which is
+how a few long stalls are told from a slow service. Peak RSS is the `VmHWM` of the
+fencekeeper process that served the scenario, at the end of the run. CPU-µs/req columns
+are medians over the rounds, measured across each open-loop run the same way as above;
+"generator" is the open-loop program itself (user + system time), which runs on the same
+two cores.
 
 "Over 10 ms inside fencekeeper" is fencekeeper's own count, from its
 `fencekeeper_request_duration_seconds` histogram read before and after each run: the share
@@ -425,12 +426,17 @@ at 16.5k writes/s without the checkpoint, 20 ms at 14.7k/s with it; with
 10.6k/s for the default.)
 
 Read these with the load line above in mind. The offered rate is 70% of the *best* median
-seen during the rounds, and it is sent minutes later, while other jobs may hold the cores;
-the open-loop generator also spends about twice wrk's CPU per request (its column above,
-mostly in the kernel: loopback TCP and a wake-up per scheduled request), on the same two
-cores. When p50 is far above the closed-loop latency, the offered rate was more than the
+seen during the rounds, and it is sent minutes later, while other jobs may hold the cores.
+The open-loop generator spends more CPU per request than wrk (its column above; the
+figures measured when it was written are in the header of `openloop.cpp`): it sleeps until
+each scheduled request is due, so most requests cost it a wake-up, where wrk, a closed
+loop, rarely sleeps. And at 70% of the rate fewer writes share each wake-up and each batch
+than at the peak, so fencekeeper and Postgres spend more CPU per write too (compare the
+CPU columns of the two tables): the latency run can need about as much CPU as the peak
+did. When p50 is far above the closed-loop latency, the offered rate was more than the
 machine could serve at that moment: the queue grew through the whole measurement and the
-percentiles show the backlog, not fencekeeper's service time. On a quiet machine rerun with `--rounds 1` to see the service time.
+percentiles show the backlog, not fencekeeper's service time. On a quiet machine rerun
+with `--rounds 1` to see the service time.
 
 ## Memory with many locks
 
