@@ -38,20 +38,25 @@ def _pause(store, service):
             return zombies.wrapper_redis(lock, REDIS_TTL_MS)
         return zombies.wrapper_etcd(lock)
 
-    def worker(name, work_ms, extra_env=None):
+    def worker(name, work_ms, extra_env=None, hold=()):
         e = dict(env)
         e.update(extra_env or {})
         argv = zombies.worker_argv("--name", name, "--lock", lock, "--key", key,
-                                   "--target", zombies.fk_target(proxy), "--work-ms", work_ms)
+                                   "--target", zombies.fk_target(proxy), "--work-ms", work_ms,
+                                   *hold)
         return zombies.Worker(name, rec, argv, wrapper=wrapper(), env=e)
 
     try:
         a_spawned = time.monotonic()     # A's lease cannot have started before this
-        a = worker("A", 300)
+        # A holds after "working" until it is frozen, so the freeze lands mid-job
+        # however late this process gets to send it.
+        go = zombies.Worker.hold()
+        a = worker("A", 300, hold=("--go-file", go))
         a_tok = a.wait_ev("acquired", 15)["token"]
         a.wait_ev("working", 5)
         a.pause()
         frozen_at = time.monotonic()
+        zombies.Worker.go(go)
         # B waits for the lock (redis-lock.sh retries; etcdctl lock blocks) and only gets
         # it when A's lease has run out while A is frozen.
         b = worker("B", 0, {"LOCK_WAIT_MS": "20000"})

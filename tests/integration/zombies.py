@@ -21,7 +21,9 @@ Pieces:
 
 Worker event protocol (one JSON object per stdout line):
   {"ev":"acquired","lock","token","t"}         a lock was taken (token from the service)
-  {"ev":"working","t"}                         doing the "work" (the pause point)
+  {"ev":"working","t"}                         doing the "work" (the pause point); with
+                                               a go file, it then waits for that file
+                                               before it works (see Worker.hold())
   {"ev":"invoke","id","kind","lock","key","token","value","t"}
   {"ev":"complete","id","result":"ok|fail|unknown","status","body","t"}
   {"ev":"skip","key","t"}                      the report exists already: nothing to do
@@ -38,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -351,6 +354,25 @@ class Recorder:
 
 
 _workers = []
+_go_dir = None
+
+
+def _group_states(pgid):
+    """(pid, state letter) of every process in process group pgid."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                st = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append((int(name), fields[0]))
+    return out
 
 
 def _kill_workers():
@@ -440,8 +462,38 @@ class Worker:
 
     def pause(self):
         """SIGSTOP the whole process group (the lock wrapper too: etcdctl stops renewing
-        its lease like a frozen VM would)."""
+        its lease like a frozen VM would), and wait until every process in it has
+        stopped, so that nothing it does after this returns can have happened before
+        the freeze."""
         self._killpg(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while True:
+            running = [pid for pid, state in _group_states(self.proc.pid) if state not in "Tt"]
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                raise fk.CheckFailed("worker %s: processes %r did not stop within 10s of SIGSTOP"
+                                     % (self.name, running))
+            time.sleep(0.002)
+
+    @staticmethod
+    def hold():
+        """A new go file for a worker's --go-file (once mode) or round line (cron mode):
+        after its "working" event the worker waits until the file exists. The scenario
+        pauses it first and then calls go(path), so the pause always lands before the
+        work, however slowly this process reacts on a loaded machine."""
+        global _go_dir
+        if _go_dir is None:
+            _go_dir = tempfile.mkdtemp(prefix="fk-zombie-go-")
+        fd, path = tempfile.mkstemp(dir=_go_dir, suffix=".go")
+        os.close(fd)
+        os.unlink(path)
+        return path
+
+    @staticmethod
+    def go(path):
+        with open(path, "w"):
+            pass
 
     def resume(self):
         self._killpg(signal.SIGCONT)
@@ -477,8 +529,12 @@ def worker_argv(*args):
 
 def cleanup():
     """Kills every worker and extra server this module started (call from finally)."""
+    global _go_dir
     _kill_workers()
     _kill_servers()
+    if _go_dir is not None:
+        shutil.rmtree(_go_dir, ignore_errors=True)
+        _go_dir = None
 
 
 def fk_target(proxy):
@@ -583,12 +639,14 @@ def cron_race(store, recorder, *, rounds, lock, redis_port, proxy=None, ttl_ms=4
             victim = rng.choice(names)
             others = [n for n in names if n != victim]
             marks = {n: workers[n].mark() for n in names}
-            # The victim's work is longer (still well within its TTL) so that the SIGSTOP
-            # surely lands mid-work even on a loaded machine.
-            workers[victim].send("round %d %s %d" % (r, key, victim_work_ms))
+            # The victim holds after "working" until it is frozen (Worker.hold), so the
+            # SIGSTOP lands mid-job however late this process gets to send it.
+            go = Worker.hold()
+            workers[victim].send("round %d %s %d %s" % (r, key, victim_work_ms, go))
             w = workers[victim].wait_ev("working", 10, marks[victim])
             workers[victim].pause()
             paused_at = time.monotonic()
+            Worker.go(go)
             for n in others:
                 workers[n].send("round %d %s" % (r, key))
             # Wait until one of the others has written the report (its write completed).
@@ -764,6 +822,17 @@ def do_op(kind, lock, key, token, value, fn):
     return res, status, body
 
 
+def wait_go(path):
+    """Holds the worker until the orchestrator creates path (Worker.hold/go)."""
+    if not path:
+        return
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError("no go file %s within 60s" % path)
+        time.sleep(0.005)
+
+
 def work(ms):
     """The "work": sleeps in small slices so a SIGSTOP lands mid-work, and the pause
     is not absorbed by a single long sleep."""
@@ -806,6 +875,7 @@ def worker_once(a):
         emit(ev="acquired", lock=lock, token=token, pid=os.getpid())
         t0 = time.monotonic()
         emit(ev="working", token=token)
+        wait_go(a.go_file)
         work(a.work_ms)
         emit(ev="worked", token=token, elapsed_ms=int((time.monotonic() - t0) * 1000))
     value = "%s,%s,token=%d,nonce=%s\n" % (a.name, a.key, token, fk.rand_name(8))
@@ -823,6 +893,7 @@ def worker_cron(a):
             break
         rnd, key = int(parts[1]), parts[2]
         work_ms = int(parts[3]) if len(parts) > 3 else a.work_ms
+        go_file = parts[4] if len(parts) > 4 else None
         while True:
             owner = owner_id(a.name)
             token = acquire(r, a.lock, owner, a.ttl_ms)
@@ -840,6 +911,7 @@ def worker_cron(a):
                     emit(ev="skip", key=key, round=rnd)
                     break
                 emit(ev="working", token=token, round=rnd)
+                wait_go(go_file)
                 work(work_ms)
                 value = "report %s by %s token=%d nonce=%s\n" % (key, a.name, token, fk.rand_name(8))
                 do_op("put", a.lock, key, token, value, lambda: target.write(key, value, token, a.lock))
@@ -898,6 +970,7 @@ def worker_main(argv):
     p.add_argument("--work-ms", type=int, default=50)
     p.add_argument("--retry-ms", type=int, default=15)
     p.add_argument("--state-dir", default=None)
+    p.add_argument("--go-file", default=None)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--fence-first", action="store_true")
     a = p.parse_args(argv)
