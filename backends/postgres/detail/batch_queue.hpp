@@ -51,7 +51,12 @@ inline bool may_start_batch(std::size_t in_flight, std::size_t max_in_flight, st
 
 template <class Entry> class batch_queue {
 public:
-    explicit batch_queue(std::size_t max_batch) : max_batch_(std::max<std::size_t>(1, max_batch)) {}
+    explicit batch_queue(std::size_t max_batch) : max_batch_(std::max<std::size_t>(1, max_batch)) {
+        // Room for two full batches in flight (the default batch_concurrency) without a
+        // rehash on the hot path.
+        keys_in_flight_.reserve(2 * max_batch_);
+        locks_in_flight_.reserve(2 * max_batch_);
+    }
 
     void push(Entry e) { queue_.push_back(std::move(e)); }
     void push_front(Entry e) { queue_.push_front(std::move(e)); }
@@ -83,28 +88,22 @@ public:
     // flight until done().
     std::vector<Entry> take() {
         std::vector<Entry> out;
-        std::unordered_set<std::string_view> keys, locks;
+        out.reserve(std::min(max_batch_, queue_.size()));
+        // A write taken goes in flight at once, so busy() also turns away later writes
+        // of a key or lock already in this batch (no per-batch sets to build and free).
         for (auto it = queue_.begin(); it != queue_.end() && out.size() < max_batch_;) {
             const Entry& e = *it;
             const std::string_view key = e->key, lock = e->lock;
-            if (busy(key, lock) || keys.count(key) || locks.count(lock)) {
+            if (busy(key, lock) || (e->alone && !out.empty())) {
                 ++it;
                 continue;
             }
-            if (e->alone && !out.empty()) {
-                ++it;
-                continue;
-            }
-            keys.insert(key);
-            locks.insert(lock);
+            keys_in_flight_.insert(key);
+            locks_in_flight_.insert(lock);
             out.push_back(std::move(*it));
             it = queue_.erase(it);
             if (out.back()->alone)
                 break;
-        }
-        for (const auto& e : out) {
-            keys_in_flight_.insert(std::string_view(e->key));
-            locks_in_flight_.insert(std::string_view(e->lock));
         }
         return out;
     }
