@@ -245,12 +245,7 @@ struct worker {
     // but keeps a used keep-alive connection for its idle timeout (60 s); at low rates
     // some connections are first needed after 10 s.
     bool connect(conn& c) {
-        idle.erase(std::remove(idle.begin(), idle.end(), &c), idle.end());
-        if (c.fd >= 0) {
-            ::close(c.fd);
-            c.fd = -1;
-            --open;
-        }
+        drop(c);
         c.in.clear();
         c.busy = c.warmup = c.timed = c.want_out = false;
         const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -359,6 +354,7 @@ struct worker {
             drop(c);
     }
 
+    // Closes the connection (if open) and leaves it unusable.
     void drop(conn& c) {
         idle.erase(std::remove(idle.begin(), idle.end(), &c), idle.end());
         if (c.fd >= 0) {
@@ -416,10 +412,8 @@ struct worker {
     void run(sclock::time_point t0, sclock::time_point end) {
         ep = ::epoll_create1(EPOLL_CLOEXEC);
         for (auto& c : conns)
-            if (!connect(c)) {
+            if (!connect(c))
                 record(-1);
-                c.fd = -1;
-            }
         const bool open_loop = o.rate > 0;
         // This thread's share of the schedule, offset so that the threads' requests interleave.
         const double interval = o.threads / o.rate;
