@@ -35,9 +35,9 @@ struct postgres_settings {
     std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
     std::size_t batch_max = 64;        // writes per group-commit statement; 1 = one statement each
     std::size_t batch_concurrency = 2; // group-commit batches in flight at once
-    // A batch beyond the first starts only once the newest one has run this long (or a
-    // full batch is waiting).
-    millis batch_overlap{1};
+    // A batch beyond the first starts only once the newest one has run this long: it is
+    // stuck (a row lock, a stalled database).
+    millis batch_overlap{50};
 };
 
 // How the file store makes a batch's new body files durable before its commit record

@@ -126,7 +126,7 @@ public:
           query_timeout_(s.postgres.statement_timeout + millis(1000)),
           statements_(pg::sql::prepared_statements(s.postgres.schema)),
           batches_(s.postgres.batch_max), queue_limit_(s.postgres.queue_limit),
-          max_batch_runners_(s.postgres.batch_concurrency), batch_max_(s.postgres.batch_max),
+          max_batch_runners_(s.postgres.batch_concurrency),
           batch_overlap_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
               s.postgres.batch_overlap)),
           overlap_timer_(pool_strand_) {
@@ -301,8 +301,8 @@ private:
     // runners hold one: while they are busy, writes pile up for the next batch (that is
     // what makes batches grow under load); a runner that holds a connection keeps taking
     // batches from the queue while may_start_batch() allows. Fewer, larger batches cost
-    // the database less per write; a second one in flight overlaps one batch's WAL flush
-    // with the next one's execution, which pays when a commit is slow.
+    // the database less per write; a second one starts only beside a stuck one, so that
+    // a batch waiting for a row lock does not hold up every other write.
     void spawn_runner_if_needed() {
         if (stopped() || runner_waiting_ || !batches_.has_ready() ||
             batch_runners_ >= max_batch_runners_)
@@ -315,13 +315,12 @@ private:
         net::co_spawn(pool_strand_, batch_runner(), net::detached);
     }
 
-    // Another batch may start when none is in flight, when a full batch is waiting, or
-    // when the newest batch in flight has run for batch_overlap_ms (a slow commit): see
-    // pg::detail::may_start_batch.
+    // Another batch may start when none is in flight, or when the newest batch in flight
+    // has run for batch_overlap_ms (stuck): see pg::detail::may_start_batch.
     bool may_start_batch() const {
-        return pg::detail::may_start_batch(
-            batches_in_flight_, max_batch_runners_, batches_.size(), batch_max_,
-            std::chrono::steady_clock::now() - newest_batch_start_, batch_overlap_);
+        return pg::detail::may_start_batch(batches_in_flight_, max_batch_runners_,
+                                           std::chrono::steady_clock::now() - newest_batch_start_,
+                                           batch_overlap_);
     }
 
     // Re-checks when the newest batch in flight reaches batch_overlap_ms.
@@ -671,7 +670,6 @@ private:
     std::size_t batch_runners_ = 0;                            // pool strand only
     commit_stats commit_sizes_;                                // writes per batch (metrics)
     std::size_t max_batch_runners_;                            // postgres.batch_concurrency
-    std::size_t batch_max_;                                    // postgres.batch_max
     std::chrono::steady_clock::duration batch_overlap_;        // postgres.batch_overlap_ms
     std::size_t batches_in_flight_ = 0;                        // pool strand only
     std::chrono::steady_clock::time_point newest_batch_start_; // pool strand only

@@ -350,7 +350,7 @@ def test_batch_concurrency_bounds_the_batches_in_flight():
     """postgres.batch_concurrency is how many batches one proxy has in the database at
     once. A batch stuck on a row lock (held here by a psql session) holds one of them: with
     1, a write to an unrelated lock waits behind it; with 2, it is written meanwhile (once
-    the stuck batch has run batch_overlap_ms, default 1)."""
+    the stuck batch has run batch_overlap_ms, default 50)."""
     def limit_1(ta, tb, results, sent_at):
         tb.join(1.5)
         check(tb.is_alive(), "batch_concurrency 1: b waits behind a's batch")

@@ -394,7 +394,7 @@ TEST_CASE("apply_json: listen, store and log_level values") {
 }
 
 TEST_CASE("apply_json: postgres.batch_overlap_ms") {
-    CHECK(settings{}.postgres.batch_overlap == 1ms);
+    CHECK(settings{}.postgres.batch_overlap == 50ms);
     CHECK(json_ok(R"({"postgres": {"batch_overlap_ms": 250}})").postgres.batch_overlap == 250ms);
 }
 

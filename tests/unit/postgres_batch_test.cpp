@@ -428,22 +428,23 @@ TEST_CASE("batch_queue: remove_if takes only queued entries, in order, and keeps
     CHECK(q.empty());
 }
 
-TEST_CASE("may_start_batch: a second batch waits for a slow first one or a full queue") {
+TEST_CASE("may_start_batch: a second batch only beside a stuck first one") {
     using fk::store::pg::detail::may_start_batch;
     using namespace std::chrono_literals;
-    const auto overlap = std::chrono::milliseconds(1);
-    // Nothing in flight: at once, even for one queued write.
-    CHECK(may_start_batch(0, 2, 1, 64, 0s, overlap));
-    // One in flight, young: later writes wait and join the next batch...
-    CHECK_FALSE(may_start_batch(1, 2, 10, 64, 200us, overlap));
-    // ...unless a full batch is already waiting...
-    CHECK(may_start_batch(1, 2, 64, 64, 200us, overlap));
-    // ...or the batch in flight has run for batch_overlap_ms (a slow commit).
-    CHECK(may_start_batch(1, 2, 1, 64, 1ms, overlap));
-    CHECK(may_start_batch(1, 2, 1, 64, 5s, overlap));
+    const auto stuck_after = std::chrono::milliseconds(50);
+    // Nothing in flight: at once.
+    CHECK(may_start_batch(0, 2, 0s, stuck_after));
+    // One in flight, running normally: later writes wait and join the next batch, however
+    // many of them there are (a full batch waiting no longer starts a second one)...
+    CHECK_FALSE(may_start_batch(1, 2, 200us, stuck_after));
+    CHECK_FALSE(may_start_batch(1, 2, 49ms, stuck_after));
+    // ...until the batch in flight has run for batch_overlap_ms: it is stuck.
+    CHECK(may_start_batch(1, 2, 50ms, stuck_after));
+    CHECK(may_start_batch(1, 2, 5s, stuck_after));
     // batch_concurrency is a hard bound.
-    CHECK_FALSE(may_start_batch(2, 2, 500, 64, 5s, overlap));
-    CHECK_FALSE(may_start_batch(1, 1, 500, 64, 5s, overlap));
-    // batch_overlap_ms 0: the old behaviour, any free slot starts a batch.
-    CHECK(may_start_batch(1, 2, 1, 64, 0s, std::chrono::milliseconds(0)));
+    CHECK_FALSE(may_start_batch(2, 2, 5s, stuck_after));
+    CHECK_FALSE(may_start_batch(1, 1, 5s, stuck_after));
+    CHECK(may_start_batch(2, 3, 50ms, stuck_after));
+    // batch_overlap_ms 0: any free slot starts a batch.
+    CHECK(may_start_batch(1, 2, 0s, std::chrono::milliseconds(0)));
 }

@@ -31,22 +31,23 @@
 
 namespace fk::store::pg::detail {
 
-// Whether the store may start another batch now, with `in_flight` of its batches being
-// executed (the newest started `newest_age` ago) and `queued` writes waiting:
+// Whether the store may start another batch now, with `in_flight` of its batches in the
+// database, the newest started `newest_age` ago:
 //  - none in flight: yes (an idle store sends a write at once);
 //  - `max_in_flight` (batch_concurrency) in flight: no;
-//  - a full batch (`batch_max`) waiting: yes, waiting would only queue more;
-//  - otherwise only once the newest batch has run for `overlap` (batch_overlap_ms): a
-//    commit that is taking long. Until then the writes wait and join the next batch,
-//    which costs the database less per write than two half-size batches.
-inline bool may_start_batch(std::size_t in_flight, std::size_t max_in_flight, std::size_t queued,
-                            std::size_t batch_max, std::chrono::steady_clock::duration newest_age,
-                            std::chrono::steady_clock::duration overlap) {
+//  - otherwise only once the newest batch has run for `stuck_after` (batch_overlap_ms): it
+//    waits for a row lock, or the database or the host has stalled. Until then the writes
+//    wait and join the next batch: one batch at a time costs the database the least per
+//    write, and a second statement running beside the first only competes with it for
+//    the database's CPU (docs/postgres.md, "Why a second batch only beside a stuck one").
+inline bool may_start_batch(std::size_t in_flight, std::size_t max_in_flight,
+                            std::chrono::steady_clock::duration newest_age,
+                            std::chrono::steady_clock::duration stuck_after) {
     if (in_flight == 0)
         return true;
     if (in_flight >= max_in_flight)
         return false;
-    return queued >= batch_max || newest_age >= overlap;
+    return newest_age >= stuck_after;
 }
 
 template <class Entry> class batch_queue {
