@@ -294,6 +294,11 @@ error apply_postgres(const json& obj, const std::string& path, postgres_settings
             e = read_number(v, p, 0, max_batch_overlap_ms, ms);
             if (!e)
                 out.batch_overlap = millis(ms);
+        } else if (key == "far_round_trip_ms") {
+            std::int64_t ms = 0;
+            e = read_number(v, p, 0, max_batch_overlap_ms, ms);
+            if (!e)
+                out.far_round_trip = millis(ms);
         } else {
             e = unknown_key(p);
         }

@@ -38,6 +38,9 @@ struct postgres_settings {
     // A batch beyond the first starts only once the newest one has run this long: it is
     // stuck (a row lock, a stalled database).
     millis batch_overlap{50};
+    // A database whose measured round trip is at least this long is far: a second batch
+    // then starts after half a round trip instead (pipelining over the network). 0 = off.
+    millis far_round_trip{1};
 };
 
 // How the file store makes a batch's new body files durable before its commit record

@@ -129,6 +129,8 @@ public:
           max_batch_runners_(s.postgres.batch_concurrency),
           batch_overlap_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
               s.postgres.batch_overlap)),
+          far_round_trip_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              s.postgres.far_round_trip)),
           overlap_timer_(pool_strand_) {
         std::size_t i = 0;
         for (const auto& [name, op] : s.operations) {
@@ -316,11 +318,47 @@ private:
     }
 
     // Another batch may start when none is in flight, or when the newest batch in flight
-    // has run for batch_overlap_ms (stuck): see pg::detail::may_start_batch.
+    // has run for batch_overlap_ms (stuck), or half a round trip to a far database: see
+    // pg::detail::may_start_batch and overlap_after.
     bool may_start_batch() const {
         return pg::detail::may_start_batch(batches_in_flight_, max_batch_runners_,
                                            std::chrono::steady_clock::now() - newest_batch_start_,
-                                           batch_overlap_);
+                                           overlap_after());
+    }
+
+    std::chrono::steady_clock::duration overlap_after() const {
+        return pg::detail::overlap_after(
+            batch_overlap_, far_round_trip_,
+            std::chrono::nanoseconds(round_trip_ns_.load(std::memory_order_relaxed)));
+    }
+
+    // From any connection's strand: keeps the fastest empty-query exchange seen as the
+    // database's round trip (a slower one measured a busy moment, not the network), and
+    // logs it the first time and whenever the database turns far or near.
+    void note_round_trip(const connection& c, std::chrono::steady_clock::duration took) {
+        const std::int64_t ns = std::max<std::int64_t>(
+            1, std::chrono::duration_cast<std::chrono::nanoseconds>(took).count());
+        std::int64_t old = round_trip_ns_.load(std::memory_order_relaxed);
+        while ((old == 0 || ns < old) &&
+               !round_trip_ns_.compare_exchange_weak(old, ns, std::memory_order_relaxed))
+            ;
+        if (old != 0 && ns >= old)
+            return;
+        const auto far = [this](std::int64_t v) {
+            return far_round_trip_.count() > 0 && std::chrono::nanoseconds(v) >= far_round_trip_;
+        };
+        if (old != 0 && far(old) == far(ns))
+            return;
+        const auto after = pg::detail::overlap_after(batch_overlap_, far_round_trip_,
+                                                     std::chrono::nanoseconds(ns));
+        logging::write(logging::level::info, "postgres round trip",
+                       {{"endpoint", c.endpoint()},
+                        {"round_trip_ms", static_cast<double>(ns) / 1e6},
+                        {"far", far(ns)},
+                        {"second_batch_after_ms",
+                         static_cast<double>(
+                             std::chrono::duration_cast<std::chrono::microseconds>(after).count()) /
+                             1e3}});
     }
 
     // Re-checks when the newest batch in flight reaches batch_overlap_ms.
@@ -328,7 +366,7 @@ private:
         if (overlap_armed_ || batches_in_flight_ == 0)
             return;
         overlap_armed_ = true;
-        overlap_timer_.expires_at(newest_batch_start_ + batch_overlap_);
+        overlap_timer_.expires_at(newest_batch_start_ + overlap_after());
         overlap_timer_.async_wait([self = shared_from_this()](boost::system::error_code) {
             self->overlap_armed_ = false;
             self->spawn_runner_if_needed();
@@ -576,6 +614,15 @@ private:
             if (!err.empty())
                 co_return err;
         }
+        // An empty query, once the session is warm: the database answers it without
+        // parsing anything, so its time is the round trip over the network, which decides
+        // when a second batch starts (overlap_after).
+        const auto ping_start = std::chrono::steady_clock::now();
+        auto ping = co_await c->exec_simple(std::string(), connect_timeout_);
+        if (ping.t != exec_outcome::transport::ok)
+            co_return "round trip: " +
+                (ping.error.empty() ? std::string("connection lost") : ping.error);
+        note_round_trip(*c, std::chrono::steady_clock::now() - ping_start);
         c->op_prepared.assign(ops_.size(), false);
         for (std::size_t i = 0; i < ops_.size(); ++i) {
             auto failure = co_await prepare_op(c, *ops_[i], i);
@@ -671,6 +718,8 @@ private:
     commit_stats commit_sizes_;                                // writes per batch (metrics)
     std::size_t max_batch_runners_;                            // postgres.batch_concurrency
     std::chrono::steady_clock::duration batch_overlap_;        // postgres.batch_overlap_ms
+    std::chrono::steady_clock::duration far_round_trip_;       // postgres.far_round_trip_ms
+    std::atomic<std::int64_t> round_trip_ns_{0};               // fastest empty query; 0 = none yet
     std::size_t batches_in_flight_ = 0;                        // pool strand only
     std::chrono::steady_clock::time_point newest_batch_start_; // pool strand only
     net::steady_timer overlap_timer_;                          // pool strand only

@@ -18,7 +18,9 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.parse
 
+import delay_proxy
 import fk
 from fk import check, eq, expect_error, expect_status
 
@@ -307,11 +309,15 @@ def test_a_batch_that_loses_a_create_race_rolls_back_and_reruns_its_writes():
                 % schema), [["cr/Lother", "theirs"]], "cr/new is the other transaction's")
 
 
-def stuck_batch_then_another(config, while_stuck):
+def stuck_batch_then_another(config, while_stuck, url=None):
     """Starts a proxy with `config`, gets a write to lock bc/La stuck in the database on
     its fence row (held by a psql session), then sends a write to an unrelated lock and
-    calls while_stuck(thread_a, thread_b, results, sent_at) before releasing the row."""
+    calls while_stuck(thread_a, thread_b, results, sent_at) before releasing the row.
+    `url`: the proxy's --store instead of the database's own (a delay proxy). Returns
+    the proxy, stopped."""
     store = fk.pg_store()
+    if url:
+        store.url = url
     p = store.start(config=fk.deep_merge({"postgres": {"statement_timeout_ms": 30000}}, config))
     p.wait_ready()
     with p.client() as c:
@@ -344,6 +350,8 @@ def stuck_batch_then_another(config, while_stuck):
     with p.client() as c:
         eq(c.get("bc/a").body, b"v2", "a's body")
         eq(c.get("bc/b").body, b"v2", "b's body")
+    p.stop()
+    return p
 
 
 def test_batch_concurrency_bounds_the_batches_in_flight():
@@ -388,6 +396,68 @@ def test_batch_overlap_holds_a_second_batch_until_the_first_has_run_that_long():
     stuck_batch_then_another({"postgres": {"batch_concurrency": 2,
                                            "batch_overlap_ms": int(overlap_s * 1000)}},
                              held_back)
+
+
+def round_trip_logs(proxy):
+    return [l for l in proxy.log_lines() if l.get("msg") == "postgres round trip"]
+
+
+def test_a_far_database_gets_a_second_batch_after_half_a_round_trip():
+    """postgres.far_round_trip_ms: fencekeeper times an empty query on each new
+    connection; a database that answers no faster than far_round_trip_ms (default 1) is
+    far, and there a second batch starts after half that round trip instead of waiting
+    batch_overlap_ms. Through a delay proxy (8 ms each way) and with batch_overlap_ms
+    4000, a write to an unrelated lock is written while the stuck batch still waits, well
+    before 4 s; with far_round_trip_ms 0 the same write still waits 2 s later. The
+    database reached directly is near (the same 4000 ms holds it back: see the test
+    above), and both proxies log what they measured."""
+    overlap_s = 4.0
+    parsed = urllib.parse.urlsplit(PG_URL)
+    host = parsed.hostname or "127.0.0.1"
+    with delay_proxy.DelayProxy(host, parsed.port or 5432, 0.008) as far:
+        netloc = parsed.netloc.rsplit("@", 1)
+        where = "127.0.0.1:%d" % far.port
+        far_url = urllib.parse.urlunsplit(parsed._replace(
+            netloc=(netloc[0] + "@" + where) if len(netloc) == 2 else where))
+
+        def pipelined(ta, tb, results, sent_at):
+            tb.join(overlap_s - 1.5)
+            check(not tb.is_alive(), "a far database: b is written long before "
+                                     "batch_overlap_ms")
+            expect_status(results["b"], 200, "b written while a's batch waits")
+            check(ta.is_alive(), "a still waits for the row lock")
+
+        p = stuck_batch_then_another({"postgres": {"batch_concurrency": 2,
+                                                   "batch_overlap_ms": int(overlap_s * 1000)}},
+                                     pipelined, url=far_url)
+        logs = round_trip_logs(p)
+        check(logs, "the far proxy logs the round trip it measured")
+        eq(logs[0].get("far"), True, "far, through the delay proxy: %s" % logs[0])
+        check(logs[0]["round_trip_ms"] >= 16, "at least 2 x 8 ms: %s" % logs[0])
+        check(abs(logs[0]["second_batch_after_ms"] - logs[0]["round_trip_ms"] / 2) < 0.01,
+              "half a round trip: %s" % logs[0])
+
+        def held_back(ta, tb, results, sent_at):
+            tb.join(2.0)
+            check(tb.is_alive(), "far_round_trip_ms 0: b waits for batch_overlap_ms")
+
+        p = stuck_batch_then_another({"postgres": {"batch_concurrency": 2,
+                                                   "batch_overlap_ms": int(overlap_s * 1000),
+                                                   "far_round_trip_ms": 0}},
+                                     held_back, url=far_url)
+        logs = round_trip_logs(p)
+        check(logs and logs[0].get("far") is False,
+              "far_round_trip_ms 0: never far: %s" % logs)
+        eq(logs[0]["second_batch_after_ms"], overlap_s * 1000, "batch_overlap_ms applies")
+
+    store = fk.pg_store()
+    p = store.start()
+    p.wait_ready()
+    p.stop()
+    logs = round_trip_logs(p)
+    # The fastest exchange counts: the last line logged says what the proxy settled on.
+    check(logs and logs[-1].get("far") is False, "loopback Postgres is near: %s" % logs)
+    check(logs[-1]["round_trip_ms"] < 1, "under far_round_trip_ms: %s" % logs[-1])
 
 
 if __name__ == "__main__":

@@ -358,6 +358,7 @@ TEST_CASE("apply_json: ranges") {
         {"batch_max", "postgres", 1, 1024},
         {"batch_concurrency", "postgres", 1, 1024},
         {"batch_overlap_ms", "postgres", 0, 60000},
+        {"far_round_trip_ms", "postgres", 0, 60000},
     };
     for (const auto& c : cases) {
         const std::string section = c.section;
@@ -396,6 +397,12 @@ TEST_CASE("apply_json: listen, store and log_level values") {
 TEST_CASE("apply_json: postgres.batch_overlap_ms") {
     CHECK(settings{}.postgres.batch_overlap == 50ms);
     CHECK(json_ok(R"({"postgres": {"batch_overlap_ms": 250}})").postgres.batch_overlap == 250ms);
+}
+
+TEST_CASE("apply_json: postgres.far_round_trip_ms") {
+    CHECK(settings{}.postgres.far_round_trip == 1ms);
+    CHECK(json_ok(R"({"postgres": {"far_round_trip_ms": 0}})").postgres.far_round_trip == 0ms);
+    CHECK(json_ok(R"({"postgres": {"far_round_trip_ms": 5}})").postgres.far_round_trip == 5ms);
 }
 
 TEST_CASE("apply_json: file.flush") {

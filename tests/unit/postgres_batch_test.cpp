@@ -448,3 +448,22 @@ TEST_CASE("may_start_batch: a second batch only beside a stuck first one") {
     // batch_overlap_ms 0: any free slot starts a batch.
     CHECK(may_start_batch(1, 2, 0s, std::chrono::milliseconds(0)));
 }
+
+TEST_CASE("overlap_after: half a round trip to a far database, else batch_overlap_ms") {
+    using fk::store::pg::detail::overlap_after;
+    using namespace std::chrono_literals;
+    using dur = std::chrono::steady_clock::duration;
+    const dur configured = 50ms, far = 1ms;
+    // Round trip not measured yet, or a near database: batch_overlap_ms.
+    CHECK(overlap_after(configured, far, 0s) == configured);
+    CHECK(overlap_after(configured, far, 120us) == configured);
+    CHECK(overlap_after(configured, far, 999us) == configured);
+    // A far database: half its round trip...
+    CHECK(overlap_after(configured, far, 1ms) == dur(500us));
+    CHECK(overlap_after(configured, far, 3ms) == dur(1500us));
+    // ...unless batch_overlap_ms is sooner.
+    CHECK(overlap_after(configured, far, 400ms) == configured);
+    CHECK(overlap_after(0ms, far, 3ms) == dur(0ms));
+    // far_round_trip_ms 0 turns the far rule off.
+    CHECK(overlap_after(configured, 0ms, 30ms) == configured);
+}

@@ -50,6 +50,23 @@ inline bool may_start_batch(std::size_t in_flight, std::size_t max_in_flight,
     return newest_age >= stuck_after;
 }
 
+// The `stuck_after` for may_start_batch, given the database's measured round trip
+// (`round_trip`, zero while unknown): batch_overlap_ms (`configured`), except for a far
+// database, whose round trip is at least `far` (far_round_trip_ms; zero turns this off).
+// There a batch spends most of its time on the network, where a second one beside it
+// costs neither the database nor this host CPU, and writes that waited for the first to
+// come back would wait a whole round trip more: the second starts after half a round
+// trip, or after `configured` if that is sooner (docs/postgres.md, "A far database").
+inline std::chrono::steady_clock::duration
+overlap_after(std::chrono::steady_clock::duration configured,
+              std::chrono::steady_clock::duration far,
+              std::chrono::steady_clock::duration round_trip) {
+    using dur = std::chrono::steady_clock::duration;
+    if (far <= dur::zero() || round_trip <= dur::zero() || round_trip < far)
+        return configured;
+    return std::min(configured, round_trip / 2);
+}
+
 template <class Entry> class batch_queue {
 public:
     explicit batch_queue(std::size_t max_batch) : max_batch_(std::max<std::size_t>(1, max_batch)) {
