@@ -37,6 +37,7 @@ constexpr std::int64_t max_fence_cache_size = 10'000'000;
 constexpr std::int64_t max_batch_max = 1024;
 constexpr std::int64_t max_batch_concurrency = 1024;
 constexpr std::int64_t max_batch_overlap_ms = 60'000;
+constexpr std::int64_t max_far_round_trip_ms = 60'000;
 constexpr std::size_t max_config_file_bytes = 1024 * 1024;
 // Our schema is three levels deep; the bound keeps hostile input from costing more than
 // a linear scan.
@@ -296,7 +297,7 @@ error apply_postgres(const json& obj, const std::string& path, postgres_settings
                 out.batch_overlap = millis(ms);
         } else if (key == "far_round_trip_ms") {
             std::int64_t ms = 0;
-            e = read_number(v, p, 0, max_batch_overlap_ms, ms);
+            e = read_number(v, p, 0, max_far_round_trip_ms, ms);
             if (!e)
                 out.far_round_trip = millis(ms);
         } else {

@@ -345,7 +345,7 @@ private:
         if (old != 0 && ns >= old)
             return;
         const auto far = [this](std::int64_t v) {
-            return far_round_trip_.count() > 0 && std::chrono::nanoseconds(v) >= far_round_trip_;
+            return pg::detail::is_far(far_round_trip_, std::chrono::nanoseconds(v));
         };
         if (old != 0 && far(old) == far(ns))
             return;

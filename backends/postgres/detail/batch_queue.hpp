@@ -50,6 +50,14 @@ inline bool may_start_batch(std::size_t in_flight, std::size_t max_in_flight,
     return newest_age >= stuck_after;
 }
 
+// Whether a database whose round trip measured `round_trip` (zero while unknown) is far:
+// at least `far` (far_round_trip_ms; zero turns this off).
+inline bool is_far(std::chrono::steady_clock::duration far,
+                   std::chrono::steady_clock::duration round_trip) {
+    using dur = std::chrono::steady_clock::duration;
+    return far > dur::zero() && round_trip > dur::zero() && round_trip >= far;
+}
+
 // The `stuck_after` for may_start_batch, given the database's measured round trip
 // (`round_trip`, zero while unknown): batch_overlap_ms (`configured`), except for a far
 // database, whose round trip is at least `far` (far_round_trip_ms; zero turns this off).
@@ -61,10 +69,7 @@ inline std::chrono::steady_clock::duration
 overlap_after(std::chrono::steady_clock::duration configured,
               std::chrono::steady_clock::duration far,
               std::chrono::steady_clock::duration round_trip) {
-    using dur = std::chrono::steady_clock::duration;
-    if (far <= dur::zero() || round_trip <= dur::zero() || round_trip < far)
-        return configured;
-    return std::min(configured, round_trip / 2);
+    return is_far(far, round_trip) ? std::min(configured, round_trip / 2) : configured;
 }
 
 template <class Entry> class batch_queue {
