@@ -11,6 +11,10 @@
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
 #            --only "P S"   measure only these scenarios (never writes docs/)
 #            --lat-rate R   open-loop latency at R req/s instead of 70% of peak (never writes docs/)
+#            --warmup S     seconds of the same open-loop load, not measured, before each
+#                           latency run (default 2, 1 with --quick; 0 for none)
+#            --tick-us U    the open-loop generator sends on U-µs ticks, like wrk2's 1 ms
+#                           timers (default 1000; 0 sends each request at its own due time)
 #            --profile      also profile P and F at each client count: one extra fencekeeper
 #                           run each with CPU split, batch sizes, WAL flushes, and (when
 #                           `perf` can record here) where the CPU time goes by process,
@@ -47,6 +51,8 @@ stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
 only="P F S H"
 lat_rate=""
+warmup=""
+tick_us=1000
 profile=0
 while (($#)); do
     case "$1" in
@@ -60,9 +66,11 @@ while (($#)); do
         --docs) docs=1 ;;
         --only) only="$2"; docs=0; shift ;;
         --lat-rate) lat_rate="$2"; docs=0; shift ;;
+        --warmup) warmup="$2"; shift ;;
+        --tick-us) tick_us="$2"; shift ;;
         --no-docs) docs=0 ;;
         --profile) profile=1 ;;
-        -h|--help) sed -n "2,32p" "$0"; exit 0 ;;
+        -h|--help) sed -n "2,36p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -75,13 +83,15 @@ if ((quick)); then
     [[ " $cmdline " == *" --mem-locks "* ]] || mem_locks=50000
     stale_keys=2000
 fi
+[[ -n $warmup ]] || warmup=$((quick ? 1 : 2))
 for scen in $only; do
     [[ $scen == [PFSH] ]] || { echo "bench.sh: --only takes scenarios out of P F S H" >&2; exit 2; }
 done
 want() { [[ " $only " == *" $1 "* ]]; }
 [[ $docs == auto ]] && docs=$((quick ? 0 : 1))
-[[ "$rounds" =~ ^[1-9][0-9]*$ && "$duration" =~ ^[1-9][0-9]*$ && "$mem_locks" =~ ^[0-9]+$ ]] \
-    || { echo "bench.sh: --rounds, --duration and --mem-locks take positive integers" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ && "$duration" =~ ^[1-9][0-9]*$ && "$mem_locks" =~ ^[0-9]+$ &&
+   "$warmup" =~ ^[0-9]+$ && "$tick_us" =~ ^[0-9]+$ ]] \
+    || { echo "bench.sh: --rounds, --duration, --mem-locks, --warmup and --tick-us take integers (the first two positive)" >&2; exit 2; }
 
 t_start=$SECONDS
 log() { printf '== [%4ds] %s\n' $((SECONDS - t_start)) "$*" >&2; }
@@ -503,6 +513,17 @@ for scen in $only; do
             log "P: CHECKPOINT (recycles the WAL segments written so far)"
             psql_ -d postgres -c CHECKPOINT
         fi
+        # The first writes after a checkpoint log a full-page image of every page they
+        # touch: for P the first 100-300 ms after the CHECKPOINT above are a burst of WAL
+        # that a running database pays once per checkpoint_timeout, not once per 10 s.
+        # The same load, not measured, runs first, for every scenario alike.
+        if ((warmup > 0)); then
+            case $scen in P | F) wtag=(--tag "l${scen,,}${r}w") ;; *) wtag=("${tag[@]}") ;; esac
+            log "$scen: ${warmup}s warm-up at $rate/s (not measured)"
+            "$openloop" --port "$port" "${args[@]}" "${wtag[@]}" --rate "$rate" \
+                --duration "$warmup" --connections "$lat_conns" --body-bytes "$body_bytes" \
+                --tick-us "$tick_us" >/dev/null || problem "$scen: warm-up openloop failed"
+        fi
         log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s, round $r of $rounds"
         timeline="$results/timeline-$scen-$r.tsv"
         d0="$(pg_cpu_ticks)"
@@ -511,7 +532,8 @@ for scen in $only; do
         # The generator's own CPU (bash's `time`, user + sys): it shares the two cores.
         line="$( { TIMEFORMAT='%U %S'; time "$openloop" --port "$port" "${args[@]}" "${tag[@]}" \
             --rate "$rate" --duration "$duration" --connections "$lat_conns" \
-            --body-bytes "$body_bytes" --timeline "$timeline"; } 2>"$tmp/openloop.time")" \
+            --body-bytes "$body_bytes" --tick-us "$tick_us" --timeline "$timeline"; } \
+            2>"$tmp/openloop.time")" \
             || problem "$scen: openloop failed"
         t1="$(cpu_ticks "$lat_pid")"
         d1="$(pg_cpu_ticks)"
@@ -744,6 +766,8 @@ fi
     echo "versions	$("$pg_bin/postgres" --version | sed 's/.*) //') Postgres, $(nginx -v 2>&1 | sed 's|.*/||') nginx, wrk $(wrk --version 2>&1 | awk 'NR==1{print $2}')"
     echo "rounds	$rounds"
     echo "duration	$duration"
+    echo "warmup	$warmup"
+    echo "tick_us	$tick_us"
     echo "clients	$clients"
     echo "body	$body_bytes"
     echo "threads	$fk_threads"

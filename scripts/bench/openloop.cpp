@@ -18,6 +18,14 @@
 //            with a high token once over the keys primes their fences; afterwards with a
 //            lower token every request is stale
 //
+// --tick-us U (open loop) sleeps to ticks U µs apart instead of to each request's due time:
+// the requests due since the last tick go out together, each timed from its own due time,
+// so up to one tick of lateness counts against the server. wrk2, the usual open-loop HTTP
+// tool, paces the same way with whole-millisecond timers (its delay_request() rounds every
+// wait up to the next millisecond). Each thread's ticks are offset like its schedule. On
+// the benchmark's P load at 11k/s (two cores shared with the server) 1000 µs cut this
+// program's CPU per request from 25-31 to 18-22 µs, and with it fencekeeper's wake-ups.
+//
 // --timeline FILE (open loop) also writes one line per 10 ms of the schedule: requests due
 // in it, their median and worst latency. It tells a few long stalls from a slow service.
 //
@@ -78,6 +86,7 @@ struct options {
     long long keys = 1000; // cycle mode
     long long token = -1;  // -1: n+1 per request
     double grace = 5;      // seconds to wait for late answers after the schedule ends
+    long long tick_us = 0; // open loop: sleep to tick boundaries instead of each due time
     std::string timeline;  // open loop: per-10 ms table of the schedule's latencies
 };
 
@@ -86,7 +95,8 @@ struct options {
                  "openloop: %s\n"
                  "usage: openloop --port P [--host H] [--mode health|put|cycle] [--tag T]\n"
                  "       (--rate R --duration S | --count N) [--connections C] [--threads T]\n"
-                 "       [--body-bytes B] [--keys K] [--token T] [--grace S] [--timeline FILE]\n",
+                 "       [--body-bytes B] [--keys K] [--token T] [--grace S] [--timeline FILE]\n"
+                 "       [--tick-us U]\n",
                  msg);
     std::exit(2);
 }
@@ -126,6 +136,8 @@ options parse(int argc, char** argv) {
             o.token = std::stoll(val());
         else if (a == "--grace")
             o.grace = std::stod(val());
+        else if (a == "--tick-us")
+            o.tick_us = std::stoll(val());
         else if (a == "--timeline")
             o.timeline = val();
         else
@@ -137,7 +149,7 @@ options parse(int argc, char** argv) {
         usage("give exactly one of --rate and --count");
     if (o.mode != "health" && o.mode != "put" && o.mode != "cycle")
         usage("bad --mode");
-    if (o.connections < 1 || o.threads < 1 || o.keys < 1)
+    if (o.connections < 1 || o.threads < 1 || o.keys < 1 || o.tick_us < 0)
         usage("bad numbers");
     o.threads = std::min(o.threads, o.connections);
     return o;
@@ -440,7 +452,17 @@ struct worker {
                     }
                 }
                 const auto due = due_of(k);
-                if (due < end)
+                if (due < end && o.tick_us > 0) {
+                    // Wake at the first of this thread's ticks at or after the due time
+                    // (the threads' ticks are offset like their schedules): requests due
+                    // within one tick go out together, each still timed from its own due
+                    // time, so the lateness counts against the server.
+                    const sclock::duration tick = std::chrono::microseconds(o.tick_us);
+                    const auto phase = t0 + tick * id / o.threads;
+                    const auto ticks =
+                        due <= phase ? 0 : (due - phase + tick - sclock::duration(1)) / tick;
+                    wake = phase + ticks * tick;
+                } else if (due < end)
                     wake = due;
                 else {
                     bool busy = false;

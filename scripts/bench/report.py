@@ -339,6 +339,15 @@ in that call (for `sendmsg` on loopback, the receiving side's TCP work too).
 {perf_text}
 """
 
+tick_us = int(meta.get("tick_us", "0") or 0)
+if tick_us > 0:
+    tick_text = (f"The generator sleeps to ticks {tick_us} µs apart (each thread's offset like its "
+                 "schedule) and sends every request due since the last tick together, as wrk2 "
+                 "does with its whole-millisecond timers; each is still timed from its own due "
+                 "time, so up to one tick of lateness counts against fencekeeper.")
+else:
+    tick_text = "The generator sends each request at its own due time."
+
 doc = f"""# Benchmarks
 
 fencekeeper against what a client would get without it, measured side by side in one run
@@ -392,7 +401,7 @@ so it also holds that server's background work (WAL writer, checkpointer, autova
 Offered rate = 70% of the highest median fencekeeper rate of that scenario over the client
 counts above, sent by `scripts/bench/openloop.cpp` (two threads, each with its own epoll
 set) at a fixed schedule over 128 connections for {meta.get('duration')} s, once per
-round. Latency runs from each request's *scheduled* send time, so a stall also counts
+round, right after {meta.get('warmup', '0')} s of the same load that are not measured. {tick_text} Latency runs from each request's *scheduled* send time, so a stall also counts
 against the requests queued behind it (no coordinated omission). The percentiles are
 medians over the rounds; "p99 per round" and the window counts show every round, and max
 is the largest of any round. A window is 10 ms of the schedule; the count says in how many
@@ -419,11 +428,31 @@ initialised cluster has no spare segments, so without it every 16 MiB of WAL the
 that crosses into a new segment first has the file zero-filled and fsynced while holding
 the WAL write lock, and every commit waits behind it: on this VM that is a 50–100 ms stall
 about every second at these rates, which is the young cluster's cost, not fencekeeper's.
-A database that has been running recycles segments at each checkpoint. (Single runs of
+A database that has been running recycles segments at each checkpoint. The checkpoint has
+its own cost: the first write to each page after it logs a full-page image of the page, so
+for a moment every batch writes several times the WAL. Measured straight after the
+checkpoint, every P round started with 100–300 ms of requests over 20 ms (the timelines of
+the run at ea9e8ed: 16, 14 and 10 of the first 20 windows over 10 ms), which a
+database pays once per checkpoint (`checkpoint_timeout`, 5 minutes by default), not once
+per 10 s measurement; the warm-up before each latency run, for every scenario alike, keeps
+that burst out of the figures. (Single runs of
 `--only P --clients "32 128" --rounds 1` before the `batch_concurrency` change: p99 144 ms
 at 16.5k writes/s without the checkpoint, 20 ms at 14.7k/s with it; with
 `FK_BENCH_PG_EXTRA="-c wal_init_zero=off"` instead, 19 ms at 10.2k/s against 51 ms at
 10.6k/s for the default.)
+
+Why the generator sends on ticks: sleeping to each request's own due time costs it one
+wake-up per request, on the two cores the server needs, and hands fencekeeper one request
+per wake-up too. Eight alternating pairs of 10 s P runs at 11,000 writes/s against a private
+Postgres with these settings (2026-12-01, fencekeeper at 4611fcb, 2 s warm-up each,
+autovacuum off for the comparison; the first five pairs without the per-thread tick offset):
+
+| generator | p99 per run (ms) | p50 (ms) | generator CPU-µs/req | fencekeeper CPU-µs/req | fencekeeper context switches/req |
+|---|---|---|---:|---:|---:|
+| each request at its due time | 54.3, 48.0, 41.4, 14.7, 21.0, 14.2, 13.4, 29.0 | 2.1–4.5 | 25–31 | 46–57 | 1.25–2.04 |
+| 1 ms ticks | 14.1, 16.8, 13.0, 13.3, 11.3, 11.3, 9.7, 9.5 | 2.3–4.0 | 18–22 | 40–46 | 0.94–1.21 |
+
+`--tick-us 0` measures the old way.
 
 Read these with the load line above in mind. The offered rate is 70% of the *best* median
 seen during the rounds, and it is sent minutes later, while other jobs may hold the cores.
