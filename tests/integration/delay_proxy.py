@@ -1,7 +1,8 @@
 """A TCP proxy on loopback that hands every chunk on a fixed time after it was read, in both
 directions: a database "on another host" for tests and measurements (this machine has no
 netem). Threads, not asyncio: a thread's sleep is precise to well under a millisecond,
-and the event loop's timers round up to whole milliseconds.
+and the event loop's timers round up to whole milliseconds. cut() makes it drop
+everything from then on, both ways, with the connections left open: a partition.
 
 As a module: with DelayProxy("127.0.0.1", 5432, 0.005) as p: ... connect to p.port.
 From the shell: python3 tests/integration/delay_proxy.py LISTEN_PORT TARGET_PORT ONE_WAY_MS
@@ -23,6 +24,7 @@ class DelayProxy:
         self._sockets = []
         self._lock = threading.Lock()
         self._closed = False
+        self._cut = threading.Event()
 
     def start(self):
         threading.Thread(target=self._accept, daemon=True).start()
@@ -40,6 +42,11 @@ class DelayProxy:
                     s.close()
                 except OSError:
                     pass
+
+    def cut(self):
+        """From now on nothing more is handed on, in either direction, not even the end of
+        a stream; the connections stay open. To either side the other just went quiet."""
+        self._cut.set()
 
     def __enter__(self):
         return self.start()
@@ -77,6 +84,10 @@ class DelayProxy:
                     data = src.recv(1 << 16)
                 except OSError:
                     data = b""
+                if self._cut.is_set():
+                    if not data:
+                        return
+                    continue
                 with ready:
                     queue.append((time.monotonic() + self.delay, data))
                     ready.notify()
@@ -92,6 +103,8 @@ class DelayProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+                if self._cut.is_set():
+                    return
                 try:
                     if not data:
                         dst.shutdown(socket.SHUT_WR)

@@ -46,6 +46,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import delay_proxy  # noqa: E402
 import fk  # noqa: E402
 
 LOCKS = os.path.join(fk.REPO, "scripts", "locks")
@@ -231,64 +232,18 @@ class RedisServer:
             self.log.close()
 
 
-class Relay:
-    """A TCP relay 127.0.0.1:port -> 127.0.0.1:target. cut() makes it silently drop
-    everything from then on in both directions while keeping the connections open: to
-    the replica behind it, the primary just went quiet (a partition, or a primary that
-    died before it could send its last writes)."""
+class Relay(delay_proxy.DelayProxy):
+    """A TCP relay 127.0.0.1:port -> 127.0.0.1:target, started at once. cut() makes it
+    silently drop everything from then on in both directions while keeping the connections
+    open: to the replica behind it, the primary just went quiet (a partition, or a primary
+    that died before it could send its last writes)."""
 
     def __init__(self, target_port):
-        self.target = target_port
-        self.cut_event = threading.Event()
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(16)
-        self.port = self.lsock.getsockname()[1]
-        self.socks = []
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.closed:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            try:
-                u = socket.create_connection(("127.0.0.1", self.target), timeout=2)
-                u.settimeout(None)
-            except OSError:
-                c.close()
-                continue
-            self.socks += [c, u]
-            threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c), daemon=True).start()
-
-    def _pump(self, src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if not self.cut_event.is_set():
-                    dst.sendall(data)
-        except OSError:
-            pass
-        if not self.cut_event.is_set():
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-    def cut(self):
-        self.cut_event.set()
+        super().__init__("127.0.0.1", target_port, 0.0)
+        self.start()
 
     def close(self):
-        self.closed = True
-        with contextlib.suppress(OSError):
-            self.lsock.close()
-        for s in self.socks:
-            with contextlib.suppress(OSError):
-                s.close()
+        self.stop()
 
 
 # ---------------------------------------------------------------------------
