@@ -420,7 +420,13 @@ response was over 10 ms. When that share is below 1% while the client's p99 is o
 fencekeeper's own p99 (head to response, database round trip included) is under 10 ms,
 and the rest of the client's tail is time the request spent before fencekeeper read it or
 after it wrote the answer: in socket queues and in the generator, while the two cores were
-busy with fencekeeper, Postgres and the generator together.
+busy with fencekeeper, Postgres and the generator together. The generator has 128
+connections, each carrying one request at a time: once the offered rate times the time a
+request takes exceeds 128 (at 15,000/s, 8.5 ms), requests due wait for a free connection,
+that wait counts from their due time, and it grows for as long as the server stays that
+slow. A round whose timeline shows windows over 50 ms for seconds on end, while
+fencekeeper's own share over 25 ms (`fk_over_25ms_pct` in the results' `latency.tsv`)
+stays near zero, was in that state.
 
 Just before P's open-loop run the bench issues a `CHECKPOINT`, which recycles the WAL
 segments written so far (`min_wal_size` is large enough to keep them all). A freshly
