@@ -453,10 +453,7 @@ struct worker {
                 }
                 const auto due = due_of(k);
                 if (due < end && o.tick_us > 0) {
-                    // Wake at the first of this thread's ticks at or after the due time
-                    // (the threads' ticks are offset like their schedules): requests due
-                    // within one tick go out together, each still timed from its own due
-                    // time, so the lateness counts against the server.
+                    // The first of this thread's ticks at or after the due time (--tick-us).
                     const sclock::duration tick = std::chrono::microseconds(o.tick_us);
                     const auto phase = t0 + tick * id / o.threads;
                     const auto ticks =
