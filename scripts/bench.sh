@@ -517,12 +517,13 @@ for scen in $only; do
         # touch: for P the first 100-300 ms after the CHECKPOINT above are a burst of WAL
         # that a running database pays once per checkpoint_timeout, not once per 10 s.
         # The same load, not measured, runs first, for every scenario alike.
+        load=(--port "$port" "${args[@]}" --rate "$rate" --connections "$lat_conns"
+              --body-bytes "$body_bytes" --tick-us "$tick_us")
         if ((warmup > 0)); then
-            case $scen in P | F) wtag=(--tag "l${scen,,}${r}w") ;; *) wtag=("${tag[@]}") ;; esac
+            case $scen in P | F) wtag=(--tag "l${scen,,}${r}w") ;; *) wtag=() ;; esac
             log "$scen: ${warmup}s warm-up at $rate/s (not measured)"
-            "$openloop" --port "$port" "${args[@]}" "${wtag[@]}" --rate "$rate" \
-                --duration "$warmup" --connections "$lat_conns" --body-bytes "$body_bytes" \
-                --tick-us "$tick_us" >/dev/null || problem "$scen: warm-up openloop failed"
+            "$openloop" "${load[@]}" "${wtag[@]}" --duration "$warmup" >/dev/null \
+                || problem "$scen: warm-up openloop failed"
         fi
         log "$scen: open loop at $rate/s (peak $p/s), $lat_conns connections, ${duration}s, round $r of $rounds"
         timeline="$results/timeline-$scen-$r.tsv"
@@ -530,10 +531,8 @@ for scen in $only; do
         t0="$(cpu_ticks "$lat_pid")"
         read -r s5a s10a s25a sna < <(fk_slow_counts "$port") || true
         # The generator's own CPU (bash's `time`, user + sys): it shares the two cores.
-        line="$( { TIMEFORMAT='%U %S'; time "$openloop" --port "$port" "${args[@]}" "${tag[@]}" \
-            --rate "$rate" --duration "$duration" --connections "$lat_conns" \
-            --body-bytes "$body_bytes" --tick-us "$tick_us" --timeline "$timeline"; } \
-            2>"$tmp/openloop.time")" \
+        line="$( { TIMEFORMAT='%U %S'; time "$openloop" "${load[@]}" "${tag[@]}" \
+            --duration "$duration" --timeline "$timeline"; } 2>"$tmp/openloop.time")" \
             || problem "$scen: openloop failed"
         t1="$(cpu_ticks "$lat_pid")"
         d1="$(pg_cpu_ticks)"
