@@ -30,7 +30,8 @@
 # Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak (one
 # run per round, median and every round shown, with a 10 ms timeline of each run)
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
-# after 1M distinct locks, and for P the CPU Postgres spends per write on either side.
+# after 1M distinct locks, and for P the CPU Postgres spends per write on either side and,
+# as a reference for P's p99, Postgres alone open loop (pgbench -R at 70% of its own peak).
 # Everything it starts is stopped on exit. FK_BENCH_PG_EXTRA="-c name=value ..." adds
 # Postgres settings for an experiment (the report's Postgres line shows them), and
 # FK_BENCH_FK_ARGS="--flag value ..." flags for P's fencekeeper.
@@ -70,7 +71,7 @@ while (($#)); do
         --tick-us) tick_us="$2"; shift ;;
         --no-docs) docs=0 ;;
         --profile) profile=1 ;;
-        -h|--help) sed -n "2,36p" "$0"; exit 0 ;;
+        -h|--help) sed -n "2,37p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -489,6 +490,78 @@ fk_slow_counts() {
         END { printf "%d %d %d %d\n", v["+Inf"] - v["0.005"], v["+Inf"] - v["0.01"],
                                        v["+Inf"] - v["0.025"], v["+Inf"] }'
 }
+
+# Postgres alone on the same schedule discipline: pgbench -R, the same fenced upsert, at 70%
+# of pgbench's own peak (its best median over the client counts, with that many clients),
+# after the same warm-up. It says what p99 the store itself holds at that share of its
+# peak on this machine at this moment, beside P's. pgbench -R draws its send times from a
+# Poisson process (burstier than openloop's fixed schedule); each pgbench thread's next
+# slot goes to its next free client, and, like openloop, it times each transaction from
+# its scheduled start (time + schedule lag in its log).
+pg_peak() {   # -> "CLIENTS RATE": pgbench's best median rate and its client count
+    python3 - "$tsv" <<'EOF'
+import csv, statistics, sys
+by = {}
+for r in csv.DictReader(open(sys.argv[1]), delimiter="\t"):
+    if r["scenario"] == "P" and r["side"] == "baseline":
+        by.setdefault(int(r["clients"]), []).append(float(r["rate"]))
+c, v = max(((c, statistics.median(v)) for c, v in by.items()), key=lambda cv: cv[1])
+print(c, v)
+EOF
+}
+# pg_open_loop ROUND RATE CLIENTS: prints the key=value line latency.tsv keeps for "Pdb".
+pg_open_loop() {
+    local r=$1 rate=$2 c=$3 d0 d1 out
+    local pgb=("$pg_bin/pgbench" -n -M prepared -c "$c" -j "$(wrk_threads "$c")" -R "$rate"
+               -D body="$(printf 'x%.0s' $(seq "$body_bytes"))"
+               -D content_type=application/octet-stream -f "$pg_script")
+    export PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres
+    if ((warmup > 0)); then
+        "${pgb[@]}" -T "$warmup" fkbench >/dev/null 2>&1 || problem "P: pgbench -R warm-up failed"
+    fi
+    rm -rf "$tmp/pgrl" && mkdir -p "$tmp/pgrl"
+    d0="$(pg_cpu_ticks)"
+    out="$( { TIMEFORMAT='%U %S'; time "${pgb[@]}" -T "$duration" -l \
+        --log-prefix "$tmp/pgrl/log" fkbench; } 2>"$tmp/pgrl/time")" \
+        || { echo "$out" >&2; problem "P: pgbench -R round $r failed"; }
+    d1="$(pg_cpu_ticks)"
+    unset PGHOST PGPORT PGUSER
+    echo "$out" >>"$results/pgbench.log"
+    grep -q 'number of failed transactions: [1-9]' <<<"$out" \
+        && problem "P: pgbench -R round $r had failed transactions"
+    python3 - "$tmp/pgrl" "$rate" "$duration" "$c" "$(tail -n 1 "$tmp/pgrl/time")" \
+        "$(us_per "$d0" "$d1" 1)" <<'EOF'
+import glob, os, sys
+d, rate, secs, clients = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+u, s = (float(x) for x in sys.argv[5].split())
+db_us = float(sys.argv[6])
+lat, sched = [], []
+for f in glob.glob(os.path.join(d, "log*")):
+    for line in open(f):
+        x = line.split()   # client tx time_us script epoch_s epoch_us schedule_lag_us
+        if len(x) < 7:
+            continue
+        ms = (int(x[2]) + int(x[6])) / 1000
+        lat.append(ms)
+        sched.append(int(x[4]) + int(x[5]) / 1e6 - ms / 1000)
+n = len(lat)
+lat_sorted = sorted(lat)
+def pct(p):   # as openloop's pct()
+    return lat_sorted[min(int(p / 100 * (n - 1) + 0.5), n - 1)] if n else 0
+worst = {}
+t0 = min(sched) if sched else 0
+for t, ms in zip(sched, lat):
+    w = int((t - t0) / 0.010)
+    worst[w] = max(worst.get(w, 0), ms)
+print(f"clients={clients} requests={n} achieved_rps={n / secs:.1f} target_rps={rate:.1f} "
+      f"p50_ms={pct(50):.3f} p90_ms={pct(90):.3f} p99_ms={pct(99):.3f} p999_ms={pct(99.9):.3f} "
+      f"max_ms={pct(100):.3f} "
+      f"gen_cpu_us_per_req={(u + s) * 1e6 / max(n, 1):.1f} "
+      f"db_cpu_us_per_req={db_us / max(n, 1):.1f} "
+      f"windows_over_10ms={sum(1 for v in worst.values() if v > 10)}")
+EOF
+}
+
 lat_conns=128
 for scen in $only; do
     case $scen in
@@ -554,6 +627,14 @@ EOF
         line+=" windows_over_10ms=$(awk -F'\t' 'NR > 1 && $4 > 10' "$timeline" 2>/dev/null | wc -l)"
         echo "   $line" >&2
         printf '%s\t%s\t%s\t%s\n' "$scen" "$r" "$rate" "$line" >>"$lat"
+        if [[ $scen == P ]]; then
+            read -r pg_c pg_p < <(pg_peak)
+            pg_rate="$(python3 -c "print(round(0.7 * $pg_p, 1))")"
+            log "P: Postgres alone, pgbench -R $pg_rate/s (70% of pgbench's peak $pg_p/s), $pg_c clients, ${duration}s, round $r of $rounds"
+            line="$(pg_open_loop "$r" "$pg_rate" "$pg_c")"
+            echo "   $line" >&2
+            printf '%s\t%s\t%s\t%s\n' Pdb "$r" "$pg_rate" "$line" >>"$lat"
+        fi
     done
 done
 

@@ -151,6 +151,20 @@ for scen, runs in lat_by.items():
     p99s = [float(f.get("p99_ms", "nan")) for _, f in runs]
     p99 = statistics.median(p99s)
     incomplete = sum(int(f.get("incomplete", "0")) for _, f in runs)
+    if scen == "Pdb":
+        # P's reference: Postgres alone, pgbench -R at 70% of pgbench's own peak.
+        out(f"| P, Postgres alone: pgbench -R, {runs[0][1].get('clients', '?')} clients | "
+            f"{float(runs[0][0]['target_rps']):,.0f}/s (70% of pgbench's peak) | "
+            f"{lat_median(runs, 'achieved_rps', '{:,.0f}')}/s | "
+            f"{lat_median(runs, 'p50_ms')} ms | {lat_median(runs, 'p90_ms')} ms | "
+            f"{p99:.3f} ms | {', '.join(f'{x:.1f}' for x in p99s)} | "
+            f"{lat_median(runs, 'p999_ms')} ms | "
+            f"{max(float(f.get('max_ms', 0)) for _, f in runs):.3f} ms | "
+            f"{', '.join(f.get('windows_over_10ms', '—') for _, f in runs)} | "
+            f"— | reference | | — | — | — | "
+            f"{lat_median(runs, 'db_cpu_us_per_req', '{:.1f}')} | "
+            f"{lat_median(runs, 'gen_cpu_us_per_req', '{:.1f}')} |")
+        continue
     t, v = "—", ""
     if scen == "P":
         ok = p99 <= 10.0 and incomplete == 0
@@ -412,6 +426,19 @@ fencekeeper process that served the scenario, at the end of the run. CPU-µs/req
 are medians over the rounds, measured across each open-loop run the same way as above;
 "generator" is the open-loop program itself (user + system time), which runs on the same
 two cores.
+
+The row "P, Postgres alone" is P's reference, measured in each round right after P's run:
+`pgbench -R` sends the same fenced upsert straight to the same database at 70% of
+pgbench's own peak (its best median rate in the throughput table, with that many
+clients), after the same warm-up, and times each transaction from its scheduled start
+(the transaction time plus its schedule lag, from `pgbench -l`). It says what p99 the
+store itself holds at the same share of its own peak, on the same machine, minutes
+apart, so a P miss can be read against it. Two differences: pgbench draws its send times
+from a Poisson process, burstier than the generator's fixed schedule; and each pgbench
+thread hands its next due transaction to its next free client, where the generator's
+requests wait for any free connection of their thread, so when pgbench falls behind,
+the achieved rate shows it and the transactions still due at the end are not counted.
+Its generator column is pgbench's own CPU.
 
 "Over 10 ms inside fencekeeper" is fencekeeper's own count, from its
 `fencekeeper_request_duration_seconds` histogram read before and after each run: the share
