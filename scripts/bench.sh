@@ -370,13 +370,22 @@ baseline_side() {   # SCEN CLIENTS ROUND NAME RATE [POSTGRES-CPU-US-PER-TX]
         "${6:+  (Postgres $6 CPU-us/tx)}" >&2
 }
 
+# pgbench_ CLIENTS [ARGS...]: pgbench on the fenced upsert against the bench's database,
+# with CLIENTS clients and the bench's body size.
+pgbench_() {
+    local c=$1
+    shift
+    PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres "$pg_bin/pgbench" -n -M prepared \
+        -c "$c" -j "$(wrk_threads "$c")" \
+        -D body="$(printf 'x%.0s' $(seq "$body_bytes"))" -D content_type=application/octet-stream \
+        -f "$pg_script" "$@" fkbench
+}
+
 pgbench_side() {   # CLIENTS ROUND
     local c=$1 r=$2 out tps n d0 d1
     d0="$(pg_cpu_ticks)"
-    out="$(PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres "$pg_bin/pgbench" -n -M prepared \
-        -c "$c" -j "$(wrk_threads "$c")" -T "$duration" \
-        -D body="$(printf 'x%.0s' $(seq "$body_bytes"))" -D content_type=application/octet-stream \
-        -f "$pg_script" fkbench 2>&1)" || { echo "$out" >&2; problem "P c=$c round $r: pgbench failed"; }
+    out="$(pgbench_ "$c" -T "$duration" 2>&1)" \
+        || { echo "$out" >&2; problem "P c=$c round $r: pgbench failed"; }
     d1="$(pg_cpu_ticks)"
     echo "$out" >>"$results/pgbench.log"
     tps="$(awk '/^tps = / {print $3; exit}' <<<"$out")"
@@ -427,8 +436,7 @@ log "warming up (2 s per side)"
 saved_duration=$duration
 duration=2
 run_wrk "http://127.0.0.1:$fk_port_pg/" 32 put warm 256 >/dev/null
-PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres "$pg_bin/pgbench" -n -M prepared -c 32 -j 2 -T 2 \
-    -D body=x -D content_type=application/octet-stream -f "$pg_script" fkbench >/dev/null 2>&1 || true
+pgbench_ 32 -T 2 >/dev/null 2>&1 || true
 run_wrk "http://127.0.0.1:$fk_port_file/" 32 put warm 256 >/dev/null
 run_wrk "http://127.0.0.1:$fk_port_stale/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
 run_wrk "http://127.0.0.1:$nginx_port/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
@@ -512,20 +520,15 @@ EOF
 # pg_open_loop ROUND RATE CLIENTS: prints the key=value line latency.tsv keeps for "Pdb".
 pg_open_loop() {
     local r=$1 rate=$2 c=$3 d0 d1 out
-    local pgb=("$pg_bin/pgbench" -n -M prepared -c "$c" -j "$(wrk_threads "$c")" -R "$rate"
-               -D body="$(printf 'x%.0s' $(seq "$body_bytes"))"
-               -D content_type=application/octet-stream -f "$pg_script")
-    export PGHOST=127.0.0.1 PGPORT=$pg_port PGUSER=postgres
     if ((warmup > 0)); then
-        "${pgb[@]}" -T "$warmup" fkbench >/dev/null 2>&1 || problem "P: pgbench -R warm-up failed"
+        pgbench_ "$c" -R "$rate" -T "$warmup" >/dev/null 2>&1 || problem "P: pgbench -R warm-up failed"
     fi
     rm -rf "$tmp/pgrl" && mkdir -p "$tmp/pgrl"
     d0="$(pg_cpu_ticks)"
-    out="$( { TIMEFORMAT='%U %S'; time "${pgb[@]}" -T "$duration" -l \
-        --log-prefix "$tmp/pgrl/log" fkbench; } 2>"$tmp/pgrl/time")" \
+    out="$( { TIMEFORMAT='%U %S'; time pgbench_ "$c" -R "$rate" -T "$duration" -l \
+        --log-prefix "$tmp/pgrl/log"; } 2>"$tmp/pgrl/time")" \
         || { echo "$out" >&2; problem "P: pgbench -R round $r failed"; }
     d1="$(pg_cpu_ticks)"
-    unset PGHOST PGPORT PGUSER
     echo "$out" >>"$results/pgbench.log"
     grep -q 'number of failed transactions: [1-9]' <<<"$out" \
         && problem "P: pgbench -R round $r had failed transactions"
