@@ -576,6 +576,10 @@ for scen in $only; do
     p="$(peak "$scen")"
     rate="$(python3 -c "print(round(0.7 * $p, 1))")"
     [[ -n $lat_rate ]] && rate=$lat_rate
+    if [[ $scen == P ]]; then   # the reference run's rate and clients, the same every round
+        read -r pg_c pg_p < <(pg_peak)
+        pg_rate="$(python3 -c "print(round(0.7 * $pg_p, 1))")"
+    fi
     for r in $(seq "$rounds"); do
         # P and F write fresh locks and keys: a tag per round keeps them fresh.
         case $scen in P | F) tag=(--tag "l${scen,,}$r") ;; *) tag=() ;; esac
@@ -631,8 +635,6 @@ EOF
         echo "   $line" >&2
         printf '%s\t%s\t%s\t%s\n' "$scen" "$r" "$rate" "$line" >>"$lat"
         if [[ $scen == P ]]; then
-            read -r pg_c pg_p < <(pg_peak)
-            pg_rate="$(python3 -c "print(round(0.7 * $pg_p, 1))")"
             log "P: Postgres alone, pgbench -R $pg_rate/s (70% of pgbench's peak $pg_p/s), $pg_c clients, ${duration}s, round $r of $rounds"
             line="$(pg_open_loop "$r" "$pg_rate" "$pg_c")"
             echo "   $line" >&2
