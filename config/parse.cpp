@@ -37,6 +37,7 @@ constexpr std::int64_t max_fence_cache_size = 10'000'000;
 constexpr std::int64_t max_batch_max = 1024;
 constexpr std::int64_t max_batch_concurrency = 1024;
 constexpr std::int64_t max_batch_overlap_ms = 60'000;
+constexpr std::int64_t max_file_io_threads = 256;
 constexpr std::int64_t max_far_round_trip_ms = 60'000;
 constexpr std::size_t max_config_file_bytes = 1024 * 1024;
 // Our schema is three levels deep; the bound keeps hostile input from costing more than
@@ -324,6 +325,8 @@ error apply_file(const json& obj, const std::string& path, file_settings& out) {
                 out.flush = file_flush::fsync;
             else if (!e)
                 e = fail(p + ": expected \"syncfs\" or \"fsync\", got " + in_quotes(text));
+        } else if (key == "io_threads") {
+            e = read_number(v, p, 1, max_file_io_threads, out.io_threads);
         } else {
             e = unknown_key(p);
         }

@@ -52,6 +52,9 @@ enum class file_flush {
 
 struct file_settings {
     file_flush flush = file_flush::syncfs;
+    // Threads for the store's blocking file system calls (creating and writing bodies,
+    // reads, fsyncs). 0: chosen by the store from `flush` (see fk::store::file_io_threads).
+    int io_threads = 0;
 };
 
 struct operation {

@@ -27,6 +27,12 @@ open_file_store(net::io_context& io, const std::string& root, const file_store_o
     return detail::file_store::open(io, root, opts);
 }
 
+int file_io_threads(int configured, bool syncfs_batches) noexcept {
+    if (configured > 0)
+        return configured;
+    return syncfs_batches ? 2 : 4;
+}
+
 namespace detail {
 
 namespace {
@@ -110,8 +116,8 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
 }
 
 file_store::file_store(net::io_context& io, const file_store_options& opts)
-    : io_(io), pool_(static_cast<std::size_t>(opts.io_threads < 1 ? 1 : opts.io_threads)) {
-    syncfs_batches_ = opts.flush == config::file_flush::syncfs && syncfs_reports_errors();
+    : io_(io), syncfs_batches_(opts.flush == config::file_flush::syncfs && syncfs_reports_errors()),
+      pool_(static_cast<std::size_t>(file_io_threads(opts.io_threads, syncfs_batches_))) {
     if (opts.flush == config::file_flush::syncfs && !syncfs_batches_)
         logging::write(logging::level::warn,
                        "file store: this kernel's syncfs() does not report write errors "

@@ -14,11 +14,18 @@
 namespace fk::store {
 
 struct file_store_options {
-    int io_threads = 4; // threads for blocking file syscalls (body writes, fsyncs, reads)
+    // Threads for blocking file syscalls (body writes, fsyncs, reads); 0 = file_io_threads.
+    int io_threads = 0;
     // How a batch's new bodies become durable before its commit record. syncfs falls back
     // to fsync on kernels before 5.8, whose syncfs() does not report write-back errors.
     config::file_flush flush = config::file_flush::syncfs;
 };
+
+// The pool's size when none is configured: 2 when batches are made durable by the journal
+// and syncfs() (a body is created and written there, never fsynced), 4 when every body is
+// fsynced on the pool. Creating files in one directory serializes on its lock, and threads
+// beyond two there mostly spin on that lock (docs/file-store.md, "io_threads").
+int file_io_threads(int configured, bool syncfs_batches) noexcept;
 
 std::variant<std::unique_ptr<store>, open_error>
 open_file_store(net::io_context& io, const std::string& root, const file_store_options& opts);

@@ -413,8 +413,19 @@ TEST_CASE("apply_json: file.flush") {
     CHECK(json_err(R"({"file": {"flush": "FSYNC"}})") ==
           "file.flush: expected \"syncfs\" or \"fsync\", got 'FSYNC'");
     CHECK(json_err(R"({"file": {"flush": 1}})").rfind("file.flush: expected a string", 0) == 0);
-    CHECK(json_err(R"({"file": {"io_threads": 4}})") == "unknown key 'file.io_threads'");
+    CHECK(json_err(R"({"file": {"io_thread": 4}})") == "unknown key 'file.io_thread'");
     CHECK(json_err(R"({"file": []})").rfind("file: expected an object", 0) == 0);
+}
+
+TEST_CASE("apply_json: file.io_threads") {
+    CHECK(settings{}.file.io_threads == 0); // the store chooses (fk::store::file_io_threads)
+    CHECK(json_ok(R"({"file": {"io_threads": 1}})").file.io_threads == 1);
+    CHECK(json_ok(R"({"file": {"io_threads": 256}})").file.io_threads == 256);
+    CHECK(json_ok(R"({"file": {"flush": "fsync", "io_threads": 8}})").file.io_threads == 8);
+    CHECK(json_err(R"({"file": {"io_threads": 0}})").rfind("file.io_threads: ", 0) == 0);
+    CHECK(json_err(R"({"file": {"io_threads": 257}})").rfind("file.io_threads: ", 0) == 0);
+    CHECK(json_err(R"({"file": {"io_threads": "2"}})").rfind("file.io_threads: ", 0) == 0);
+    CHECK(json_err(R"({"file": {"io_threads": 1.5}})").rfind("file.io_threads: ", 0) == 0);
 }
 
 TEST_CASE("apply_json: postgres schema must be a plain SQL identifier") {

@@ -26,8 +26,8 @@ using fk::config::file_flush;
 namespace {
 
 struct fixture {
-    explicit fixture(file_flush flush = file_flush::syncfs)
-        : s(open_ok(io, dir.path / "root", 4, flush)) {}
+    explicit fixture(file_flush flush = file_flush::syncfs, int io_threads = 4)
+        : s(open_ok(io, dir.path / "root", io_threads, flush)) {}
 
     temp_dir dir;
     net::io_context io;
@@ -760,4 +760,41 @@ TEST_CASE("stop(): later requests get unavailable") {
     CHECK_FALSE(f.s->ready());
     CHECK(f.put("k", "k", 2, "v2").error == errc::unavailable);
     CHECK(f.get("k").error == errc::unavailable);
+}
+
+TEST_CASE("io_threads: as many puts are staged at once as the pool has threads") {
+    struct reset_hooks {
+        ~reset_hooks() { detail::set_stage_hold_for_tests(""); }
+    } reset;
+    for (const int threads : {1, 2}) {
+        CAPTURE(threads);
+        fixture f(file_flush::syncfs, threads);
+        detail::set_stage_hold_for_tests("a");
+        std::optional<write_result> a, b;
+        net::co_spawn(f.io, f.s->put(put_req("a", "La", 1, "held")),
+                      [&](std::exception_ptr, write_result r) { a = r; });
+        net::co_spawn(f.io, f.s->put(put_req("b", "Lb", 1, "free")),
+                      [&](std::exception_ptr, write_result r) { b = r; });
+        // With one thread, b waits behind the held a; with two, it is staged and committed
+        // (b alone would be done within a millisecond or so).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        f.poll_until([&] { return b.has_value() || std::chrono::steady_clock::now() > until; });
+        CHECK(b.has_value() == (threads == 2));
+        CHECK_FALSE(a);
+        detail::set_stage_hold_for_tests("");
+        f.io.restart();
+        f.io.run();
+        REQUIRE(a);
+        REQUIRE(b);
+        CHECK(a->error == errc::ok);
+        CHECK(b->error == errc::ok);
+        CHECK(f.get("b").body == "free");
+    }
+}
+
+TEST_CASE("file_io_threads: 2 with syncfs batches, 4 when every body is fsynced, else as set") {
+    CHECK(fk::store::file_io_threads(0, true) == 2);
+    CHECK(fk::store::file_io_threads(0, false) == 4);
+    CHECK(fk::store::file_io_threads(1, true) == 1);
+    CHECK(fk::store::file_io_threads(7, false) == 7);
 }
