@@ -24,7 +24,7 @@ struct file_store_options {
 // The pool's size when none is configured: 2 when batches are made durable by the journal
 // and syncfs() (a body is created and written there, never fsynced), 4 when every body is
 // fsynced on the pool. Creating files in one directory serializes on its lock, and threads
-// beyond two there mostly spin on that lock (docs/file-store.md, "io_threads").
+// beyond two there mostly spin on that lock (docs/file-store.md, "`file.io_threads`").
 int file_io_threads(int configured, bool syncfs_batches) noexcept;
 
 std::variant<std::unique_ptr<store>, open_error>
