@@ -30,8 +30,11 @@
 # Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak (one
 # run per round, median and every round shown, with a 10 ms timeline of each run)
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
-# after 1M distinct locks, and for P the CPU Postgres spends per write on either side and,
-# as a reference for P's p99, Postgres alone open loop (pgbench -R at 70% of its own peak).
+# after 1M distinct locks, and for P the CPU Postgres spends per write on either side, as a
+# reference for P's ratio the database's ceiling for fencekeeper's batches (its batch
+# statement alone, scripts/bench/pg_batch_ceiling.cpp, in batches of the size fencekeeper
+# formed), and as a reference for P's p99, Postgres alone open loop (pgbench -R at 70% of
+# its own peak).
 # Everything it starts is stopped on exit. FK_BENCH_PG_EXTRA="-c name=value ..." adds
 # Postgres settings for an experiment (the report's Postgres line shows them), and
 # FK_BENCH_FK_ARGS="--flag value ..." flags for P's fencekeeper.
@@ -71,7 +74,7 @@ while (($#)); do
         --tick-us) tick_us="$2"; shift ;;
         --no-docs) docs=0 ;;
         --profile) profile=1 ;;
-        -h|--help) sed -n "2,37p" "$0"; exit 0 ;;
+        -h|--help) sed -n "2,40p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -165,6 +168,11 @@ for t in openloop durable_write_baseline; do
 done
 openloop="$repo/$tools/openloop"
 baseline="$repo/$tools/durable_write_baseline"
+# Links the store's own SQL code from this build, so it is rebuilt with it every run.
+g++ -O2 -std=c++20 "${boost_inc[@]}" -I. -I/usr/include/postgresql scripts/bench/pg_batch_ceiling.cpp \
+    "$build/libfk_store_pg.a" "$build/libfk_asio.a" "$build/libfk_fence.a" -lpq \
+    -o "$tools/pg_batch_ceiling" || { echo "bench.sh: building pg_batch_ceiling failed" >&2; exit 1; }
+ceiling="$repo/$tools/pg_batch_ceiling"
 
 [[ -f $pg_script ]] || { echo "bench.sh: $pg_script is missing" >&2; exit 1; }
 
@@ -332,6 +340,8 @@ run_wrk() {
 
 tsv="$results/results.tsv"
 printf 'scenario\tclients\tround\tside\trate\tcpu_us_per_req\tdb_cpu_us_per_req\n' >"$tsv"
+ceiling_tsv="$results/ceiling.tsv"
+printf 'clients\tround\tfk_batch_mean\tbatch\trate\tdb_cpu_us_per_write\n' >"$ceiling_tsv"
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "${7:-}" >>"$tsv"; }
 problems="$results/problems.txt"
 : >"$problems"
@@ -394,6 +404,35 @@ pgbench_side() {   # CLIENTS ROUND
     baseline_side P "$c" "$r" pgbench "${tps:-0}" "$(us_per "$d0" "$d1" "${n:-0}")"
 }
 
+# batch_counts PORT -> "SUM COUNT" of fencekeeper's fencekeeper_store_batch_size histogram
+batch_counts() {
+    curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+        /^fencekeeper_store_batch_size_sum/ { s = $NF } /^fencekeeper_store_batch_size_count/ { n = $NF }
+        END { printf "%d %d\n", s, n }'
+}
+
+# ceiling_side CLIENTS ROUND "SUM0 COUNT0" "SUM1 COUNT1": P's database ceiling. The batch
+# statement alone (scripts/bench/pg_batch_ceiling.cpp), one batch at a time over one
+# connection, in batches of the mean size fencekeeper formed in this round's P run at
+# this client count; kept in ceiling.tsv beside that run's batch size.
+ceiling_side() {
+    local c=$1 r=$2 s0 n0 s1 n1 mean b out rate d0 d1 w
+    read -r s0 n0 <<<"$3"
+    read -r s1 n1 <<<"$4"
+    mean="$(python3 -c "print(f'{($s1 - $s0) / max($n1 - $n0, 1):.2f}')")"
+    b="$(python3 -c "print(max(2, round($mean)))")"
+    d0="$(pg_cpu_ticks)"
+    out="$("$ceiling" "$pg_url" fencekeeper "$b" "$duration" "$body_bytes" "pc$c-r$r-")" \
+        || problem "P c=$c round $r: pg_batch_ceiling failed"
+    d1="$(pg_cpu_ticks)"
+    rate="$(sed -n 's/.*writes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")"
+    w="$(sed -n 's/.*writes=\([0-9]*\).*/\1/p' <<<"$out")"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$r" "$mean" "$b" "${rate:-0}" \
+        "$(us_per "$d0" "$d1" "${w:-0}")" >>"$ceiling_tsv"
+    printf '   P c=%-3s round %s  %-11s %10.1f/s  (batches of %s, fencekeeper'"'"'s mean %s)\n' \
+        "$c" "$r" ceiling "${rate:-0}" "$b" "$mean" >&2
+}
+
 durable_side() {   # CLIENTS ROUND
     # One directory for every run, as fencekeeper's F store is one directory that keeps
     # every round's keys: both sides create their files among the files of all their
@@ -448,8 +487,11 @@ log "measuring: $rounds round(s) x clients {$clients} x P F S H, ${duration}s pe
 for r in $(seq "$rounds"); do
     log "round $r of $rounds"
     want P && for c in $clients; do
+        b0="$(batch_counts "$fk_port_pg")"
         fk_side P "$fk_pid_pg" "$fk_port_pg" "$c" "$r" 2xx put "p$c-r$r" "$body_bytes"
+        b1="$(batch_counts "$fk_port_pg")"
         pgbench_side "$c" "$r"
+        ceiling_side "$c" "$r" "$b0" "$b1"
     done
     want F && for c in $clients; do
         fk_side F "$fk_pid_file" "$fk_port_file" "$c" "$r" 2xx put "f$c-r$r" "$body_bytes"

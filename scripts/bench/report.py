@@ -131,6 +131,64 @@ for c in sorted(data.get("P", {})):
         f"{median_of(v['fencekeeper'][1] for v in rounds if 'fencekeeper' in v)} |")
 db_table = "\n".join(lines) if data.get("P") else "(P not measured)"
 
+# P's database ceiling (ceiling.tsv): the batch statement alone, in batches of the mean
+# size fencekeeper formed in the same round, against fencekeeper and pgbench of that round.
+ceiling_rows = tsv("ceiling.tsv")
+ceiling_text = ""
+if ceiling_rows:
+    lines = []
+    out = lines.append
+    out("| clients | fencekeeper's mean batch | batch statement alone | its Postgres CPU-µs per write "
+        "| fencekeeper | pgbench | batch statement alone ÷ pgbench (median) | range "
+        "| fencekeeper ÷ batch statement alone (median) |")
+    out("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    by = {}
+    for r in ceiling_rows:
+        by.setdefault(int(r["clients"]), []).append(r)
+    for c in sorted(by):
+        per = by[c]
+        rounds = data.get("P", {}).get(c, {})
+        over_pg, fk_share = [], []
+        for r in per:
+            rate = float(r["rate"] or 0)
+            sides = rounds.get(r["round"], {})
+            if rate > 0 and "baseline" in sides and sides["baseline"][0] > 0:
+                over_pg.append(rate / sides["baseline"][0])
+            if rate > 0 and "fencekeeper" in sides:
+                fk_share.append(sides["fencekeeper"][0] / rate)
+        fk_rates = [v["fencekeeper"][0] for v in rounds.values() if "fencekeeper" in v]
+        pg_rates = [v["baseline"][0] for v in rounds.values() if "baseline" in v]
+        ratio = f"**{statistics.median(over_pg):.2f}**" if over_pg else "—"
+        rng = f"{min(over_pg):.2f}–{max(over_pg):.2f}" if over_pg else "—"
+        share = f"{statistics.median(fk_share):.0%}" if fk_share else "—"
+        batches = ", ".join(sorted({r["batch"] for r in per}, key=int))
+        out(f"| {c} | {statistics.median(float(r['fk_batch_mean']) for r in per):.1f} | "
+            f"{fmt_rate(statistics.median(float(r['rate'] or 0) for r in per))} writes/s "
+            f"(batches of {batches}) | "
+            f"{median_of(float(r['db_cpu_us_per_write']) for r in per if r['db_cpu_us_per_write'])} | "
+            f"{fmt_rate(statistics.median(fk_rates)) if fk_rates else '—'} writes/s | "
+            f"{fmt_rate(statistics.median(pg_rates)) if pg_rates else '—'}/s | "
+            f"{ratio} | {rng} | {share} |")
+    ceiling_text = f"""
+P's database ceiling, measured in every round right after P's two sides: what the database
+gives fencekeeper's own batch statement with nothing else in the way.
+`scripts/bench/pg_batch_ceiling.cpp` sends the store's batch pipeline (`fk_batch_begin`,
+`fk_write_batch`, Sync; statement texts and binary array parameters built by the same
+functions in `backends/postgres/sql.cpp`) over one connection, one batch at a time, back to
+back, in batches of the mean size fencekeeper formed in that round's P run at that client
+count, with fresh keys and locks and the same body size, and checks that every write was
+applied. No HTTP, no proxy CPU, no turnaround between batches, and the two cores to itself
+(no `wrk`). "Batch statement alone ÷ pgbench" is therefore the highest P ratio that one
+batch at a time can reach with those batches on this machine at that moment, however cheap
+the proxy; "fencekeeper ÷ batch statement alone" is how much of it fencekeeper gets. With
+one batch at a time, a closed loop of N clients settles into two cohorts of about N/2 (one
+in the database while the other's answers travel back and its next requests queue), so
+at 32 clients the batches hold about 16 writes (docs/postgres.md, "Group commit", has the
+measurements of a second batch in flight, which lost).
+
+{chr(10).join(lines)}
+"""
+
 hwm_of = {"P": "hwm_pg", "F": "hwm_file", "S": "hwm_stale", "H": "hwm_health"}
 lines = []
 out = lines.append
@@ -405,6 +463,7 @@ postmaster's reaped-children times) ÷ writes or transactions; both sides share 
 so it also holds that server's background work (WAL writer, checkpointer, autovacuum).
 
 {db_table}
+{ceiling_text}
 
 ![throughput vs client connections](bench-throughput.png)
 
@@ -551,6 +610,8 @@ print()
 print(throughput_table)
 print()
 print(db_table)
+if ceiling_text:
+    print(ceiling_text)
 print()
 print(latency_table)
 print()

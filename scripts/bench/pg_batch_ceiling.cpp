@@ -1,0 +1,145 @@
+// pg_batch_ceiling: a reference for P in scripts/bench.sh. What the database itself
+// delivers for fencekeeper's group-commit batches when nothing else is in the way: one
+// connection sends fencekeeper's own batch pipeline
+//
+//   [fk_batch_begin, fk_write_batch(BATCH fresh keys, each under its own lock), Sync]
+//
+// one batch at a time, back to back, for SECONDS, and checks that every write of every
+// batch was applied. The statements and their binary array parameters come from the very
+// functions the store uses (backends/postgres/sql.cpp: batch_begin_sql, write_batch_sql,
+// write_batch_params), so this measures the statement fencekeeper sends, minus HTTP, the
+// proxy's own CPU and its turnaround between batches. Keys and locks are TAG-n, the
+// token is n, bodies BODY_BYTES of 'x', as in P's wrk load. The schema must exist (start
+// a fencekeeper on the database once).
+// Prints "batches=N writes=W seconds=S writes_per_s=R".
+//
+// Build (after the fencekeeper target, whose libraries it links), from the repository:
+//   g++ -O2 -std=c++20 -I. -I/usr/include/postgresql scripts/bench/pg_batch_ceiling.cpp
+//       build/libfk_store_pg.a build/libfk_asio.a build/libfk_fence.a -lpq
+// Usage: pg_batch_ceiling CONNINFO SCHEMA BATCH SECONDS BODY_BYTES TAG
+
+#include "backends/postgres/sql.hpp"
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace sql = fk::store::pg::sql;
+
+namespace {
+
+[[noreturn]] void fail(const char* what, PGconn* c) {
+    std::fprintf(stderr, "pg_batch_ceiling: %s: %s", what, c ? PQerrorMessage(c) : "\n");
+    std::exit(1);
+}
+
+void prepare(PGconn* c, const char* name, const std::string& text) {
+    PGresult* r = PQprepare(c, name, text.c_str(), 0, nullptr);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok)
+        fail("prepare", c);
+}
+
+// Reads one batch's results up to its Sync; returns how many rows the batch statement
+// reported as applied (column "applied" not NULL).
+long collect(PGconn* c) {
+    long applied = 0;
+    for (;;) {
+        PGresult* r = PQgetResult(c);
+        if (!r) {
+            if (PQstatus(c) != CONNECTION_OK)
+                fail("connection lost", c);
+            continue; // end of one statement's results
+        }
+        const auto st = PQresultStatus(r);
+        if (st == PGRES_FATAL_ERROR) {
+            std::fprintf(stderr, "pg_batch_ceiling: batch failed: %s", PQresultErrorMessage(r));
+            std::exit(1);
+        }
+        if (st == PGRES_TUPLES_OK && PQnfields(r) > 1) {
+            const int col = PQfnumber(r, "applied");
+            for (int i = 0; col >= 0 && i < PQntuples(r); ++i)
+                applied += PQgetisnull(r, i, col) ? 0 : 1;
+        }
+        PQclear(r);
+        if (st == PGRES_PIPELINE_SYNC)
+            return applied;
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 7) {
+        std::fprintf(stderr, "usage: %s CONNINFO SCHEMA BATCH SECONDS BODY_BYTES TAG\n", argv[0]);
+        return 2;
+    }
+    const std::string schema = argv[2], tag = argv[6];
+    const long batch = std::atol(argv[3]);
+    const double seconds = std::atof(argv[4]);
+    const std::string body(static_cast<std::size_t>(std::atol(argv[5])), 'x');
+    const std::string content_type = "application/octet-stream";
+    if (batch < 2 || batch > 1024 || seconds <= 0) {
+        // A batch of one goes out as the single-row statement, which pgbench measures.
+        std::fprintf(stderr, "pg_batch_ceiling: BATCH must be 2..1024, SECONDS > 0\n");
+        return 2;
+    }
+
+    PGconn* c = PQconnectdb(argv[1]);
+    if (PQstatus(c) != CONNECTION_OK)
+        fail("connect", c);
+    prepare(c, sql::name::batch_begin, sql::batch_begin_sql());
+    prepare(c, sql::name::write_batch, sql::write_batch_sql(schema));
+    if (PQenterPipelineMode(c) != 1)
+        fail("pipeline mode", c);
+
+    long n = 0, batches = 0, writes = 0;
+    std::vector<std::string> names(static_cast<std::size_t>(batch));
+    std::vector<sql::batch_item> items(static_cast<std::size_t>(batch));
+    const auto start = std::chrono::steady_clock::now();
+    const auto end = start + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+        for (std::size_t i = 0; i < items.size(); ++i) {
+            ++n;
+            names[i] = tag + std::to_string(n);
+            items[i].key = names[i];
+            items[i].lock = names[i];
+            items[i].token = n;
+            items[i].body = body;
+            items[i].content_type = content_type;
+        }
+        const auto params = sql::write_batch_params(items);
+        std::vector<const char*> values;
+        std::vector<int> lengths, formats;
+        for (const auto& p : params) {
+            const auto v = p.binary_value();
+            values.push_back(v.data());
+            lengths.push_back(static_cast<int>(v.size()));
+            formats.push_back(1);
+        }
+        if (!PQsendQueryPrepared(c, sql::name::batch_begin, 0, nullptr, nullptr, nullptr, 0) ||
+            !PQsendQueryPrepared(c, sql::name::write_batch, static_cast<int>(values.size()),
+                                 values.data(), lengths.data(), formats.data(), 0) ||
+            !PQpipelineSync(c) || PQflush(c) != 0)
+            fail("send", c);
+        const long applied = collect(c);
+        if (applied != batch) {
+            std::fprintf(stderr, "pg_batch_ceiling: a batch applied %ld of %ld writes\n", applied,
+                         batch);
+            return 1;
+        }
+        ++batches;
+        writes += applied;
+    }
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("batches=%ld writes=%ld seconds=%.3f writes_per_s=%.1f\n", batches, writes, took,
+                static_cast<double>(writes) / took);
+    PQfinish(c);
+    return 0;
+}
