@@ -120,21 +120,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
     return acc == 0;
 }
 
-bool needs_auth(std::string_view target) noexcept {
-    std::string_view path = target;
-    if (!path.starts_with('/')) {
-        // absolute-form: scheme "://" authority path
-        const auto scheme = path.find("://");
-        if (scheme == std::string_view::npos) {
-            return true;
-        }
-        const auto slash = path.find('/', scheme + 3);
-        path = slash == std::string_view::npos ? std::string_view("/") : path.substr(slash);
-    }
-    path = path.substr(0, path.find_first_of("?#"));
-    return path != "/healthz" && path != "/readyz";
-}
-
 bool is_loopback_host(std::string_view host) noexcept {
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
         host = host.substr(1, host.size() - 2);

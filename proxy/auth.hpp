@@ -1,9 +1,10 @@
 #pragma once
-// Optional bearer-token auth (issue 5). When a token is configured, every request except
+// Optional bearer-token auth. When a token is configured, every request except
 // /healthz and /readyz must carry `Authorization: Bearer <token>`, else 401
-// unauthorized. The token comes from a file (--auth-token-file) or, failing that, from
-// the environment variable FENCEKEEPER_AUTH_TOKEN; SIGHUP re-reads it and swaps it in
-// without disturbing requests in flight.
+// unauthorized (which routes are open is decided by proxy/admission.hpp, from the
+// router's match, so that the two cannot disagree). The token comes from a file (--auth-token-file)
+// or, failing that, from the environment variable FENCEKEEPER_AUTH_TOKEN; SIGHUP re-reads it and
+// swaps it in without disturbing requests in flight.
 //
 // Cheap to include: no Boost.
 
@@ -43,11 +44,6 @@ token_source_result resolve_token(const std::optional<std::string>& file);
 // Compares a and b in time that depends only on b's length (b is the secret): no early
 // exit on the first difference, and a length mismatch still walks all of b.
 bool constant_time_equal(std::string_view a, std::string_view b) noexcept;
-
-// Whether a request-target needs auth: everything but exactly /healthz and /readyz
-// (query ignored; origin-form or absolute-form). Fails closed: unknown paths, "/",
-// "/healthz/" and friends need auth too, so a 404 tells nothing to a stranger.
-bool needs_auth(std::string_view target) noexcept;
 
 // True for addresses that only this machine can reach: 127.0.0.0/8, ::1, localhost
 // (with or without brackets). Listening elsewhere without auth deserves a loud warning.

@@ -543,6 +543,11 @@ void finish_response(response& res, bool head, unsigned request_version, bool ke
 }
 
 net::awaitable<response> handle_request(handler_context& ctx, request&& req) {
+    auto match = match_route(req.method(), req.target());
+    co_return co_await handle_request(ctx, std::move(req), std::move(match));
+}
+
+net::awaitable<response> handle_request(handler_context& ctx, request&& req, route_match match) {
     ctx.request_id = request_id_of(req);
     const bool head = req.method() == http::verb::head;
     const bool keep_alive = req.keep_alive();
@@ -550,7 +555,6 @@ net::awaitable<response> handle_request(handler_context& ctx, request&& req) {
     response res;
     std::optional<std::string> failure;
     try {
-        auto match = match_route(req.method(), req.target());
         ctx.matched = match.kind;
         res = co_await dispatch(call{ctx, req, match, head});
     } catch (const std::exception& e) {

@@ -37,6 +37,9 @@ struct handler_context {
 // becomes 500 internal for this request only. The response is final: version,
 // keep-alive, X-Request-Id and payload framing are set (see finish_response).
 net::awaitable<response> handle_request(handler_context& ctx, request&& req);
+// The same, for a request whose target the caller has already matched (the session
+// matches it once, for admission and for the handler).
+net::awaitable<response> handle_request(handler_context& ctx, request&& req, route_match match);
 
 // The client's X-Request-Id when acceptable (one field, 1..128 printable ASCII), else a
 // generated one.

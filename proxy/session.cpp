@@ -1,10 +1,12 @@
 #include "proxy/session.hpp"
 
 #include "config/logging.hpp"
+#include "proxy/admission.hpp"
 #include "proxy/auth.hpp"
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/endpoint.hpp"
+#include "proxy/detail/request_feed.hpp"
 #include "proxy/detail/wire.hpp"
 #include "proxy/error_response.hpp"
 #include "proxy/handlers.hpp"
@@ -47,26 +49,6 @@ bool is_http_error(const beast::error_code& ec) {
     return ec.category() == beast::http::make_error_code(http::error::bad_method).category();
 }
 
-// Framing the contract refuses on top of what Beast's parser refuses (CONTRACT §5):
-// Content-Length together with Transfer-Encoding, a Transfer-Encoding other than
-// "chunked", Content-Length given twice (Beast accepts identical duplicates).
-std::optional<std::string> framing_problem(const request& req) {
-    auto content_lengths = req.count(http::field::content_length);
-    auto transfer_encodings = req.count(http::field::transfer_encoding);
-    if (content_lengths > 0 && transfer_encodings > 0)
-        return "both Content-Length and Transfer-Encoding";
-    if (content_lengths > 1)
-        return "Content-Length given more than once";
-    if (content_lengths == 1 &&
-        std::string_view{req[http::field::content_length]}.find(',') != std::string_view::npos)
-        return "Content-Length given more than once";
-    if (transfer_encodings > 1)
-        return "Transfer-Encoding given more than once";
-    if (transfer_encodings == 1 && !beast::iequals(req[http::field::transfer_encoding], "chunked"))
-        return "unsupported Transfer-Encoding (only 'chunked' is accepted)";
-    return std::nullopt;
-}
-
 bool expects_continue(const request& req) {
     return req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue");
 }
@@ -79,10 +61,6 @@ std::string_view authorization_of(const request& req) {
         return {};
     std::string_view value = it->value();
     return ++it == end ? value : std::string_view{};
-}
-
-route route_of(const request& head) {
-    return match_route(head.method(), head.target()).kind;
 }
 
 std::string peer_of(const tcp::socket& socket) {
@@ -171,12 +149,15 @@ net::awaitable<void> session::serve() {
         // requests_total and request_duration_seconds measure from the head's first byte.
         const auto started = std::chrono::steady_clock::now();
 
-        http::request_parser<http::string_body> parser;
+        detail::request_parser parser;
         parser.header_limit(header_limit);
-        parser.body_limit(static_cast<std::uint64_t>(limits.max_body_bytes));
+        // The declared length is checked by admit(), after the credentials, so that a
+        // stranger learns nothing but 401; chunked bodies get the limit below.
+        parser.body_limit(boost::none);
+        detail::feed_progress progress;
 
         stream_.expires_after(limits.header_timeout);
-        auto hec = co_await read_header(parser);
+        auto hec = co_await read_until(parser, detail::feed_phase::head, progress);
         const request& head = parser.get();
         if (hec) {
             if (hec == http::error::header_limit)
@@ -184,11 +165,6 @@ net::awaitable<void> session::serve() {
                                          "request line and headers exceed " +
                                              std::to_string(limits.max_header_bytes) + " bytes",
                                          head, false, route::not_found, started);
-            else if (hec == http::error::body_limit)
-                co_await reply_and_close(errc::body_too_large,
-                                         "request body exceeds " +
-                                             std::to_string(limits.max_body_bytes) + " bytes",
-                                         head, true, route_of(head), started);
             else if (hec == http::error::bad_value)
                 co_await reply_and_close(
                     detail::classify_bad_header_value(std::string_view{
@@ -204,38 +180,38 @@ net::awaitable<void> session::serve() {
         }
         // From here on the request counts as in flight (the inflight_requests gauge).
         auto inflight_gauge = services_.stats.track_request();
-        if (auto problem = framing_problem(head)) {
-            co_await reply_and_close(errc::invalid_request, *problem, head, true, route_of(head),
-                                     started);
-            co_return;
-        }
 
-        // Auth before the body is read and before the store is touched. A request whose
-        // body is still on the wire gets its answer and a close, so that the body is never
-        // read.
-        if (needs_auth(head.target()) && !services_.auth.authorized(authorization_of(head))) {
+        // The target is matched once: the same result decides credentials and the handler.
+        route_match target = match_route(head.method(), head.target());
+        const route r = target.kind;
+        const bool body_follows = !parser.is_done();
+        const bool authorized =
+            is_open_route(r) || services_.auth.authorized(authorization_of(head));
+        std::optional<std::uint64_t> content_length;
+        if (auto declared = parser.content_length())
+            content_length = *declared;
+        const auto decision =
+            admit({head, target, body_follows, authorized, content_length, limits.max_body_bytes});
+        if (decision.refusal != errc::ok) {
             auto request_id = request_id_of(head);
-            logging::write(logging::level::info, "unauthorized request",
-                           {{"method", std::string_view{head.method_string()}},
-                            {"peer", peer_},
-                            {"request_id", request_id},
-                            {"authorization",
-                             head.count(http::field::authorization) == 0 ? "missing" : "wrong"}});
-            if (!co_await reply(errc::unauthorized, "missing or wrong bearer token", head, true,
-                                parser.is_done(), route_of(head), started, std::move(request_id)))
+            if (decision.refusal == errc::unauthorized)
+                logging::write(
+                    logging::level::info, "unauthorized request",
+                    {{"method", std::string_view{head.method_string()}},
+                     {"peer", peer_},
+                     {"request_id", request_id},
+                     {"authorization",
+                      head.count(http::field::authorization) == 0 ? "missing" : "wrong"}});
+            if (!co_await reply(decision.refusal, decision.message, head, true, !decision.close, r,
+                                started, std::move(request_id)))
                 co_return;
             continue;
         }
 
-        // Admission: a process-wide bound on requests being served, taken before the body
-        // is read. A shed request touches neither the store nor the fence. Probes and
-        // scrapes without a body are exempt: they hold no body and touch no store, and
-        // under overload is exactly when liveness must not fail and metrics are needed.
-        const route r = route_of(head);
-        const bool exempt =
-            parser.is_done() && (r == route::healthz || r == route::readyz || r == route::metrics);
-        auto permit = exempt ? limiter::permit{} : services_.inflight.try_acquire();
-        if (!permit && !exempt) {
+        // A process-wide bound on requests being served, taken before the body is read.
+        // A shed request touches neither the store nor the fence.
+        auto permit = decision.needs_permit ? services_.inflight.try_acquire() : limiter::permit{};
+        if (decision.needs_permit && !permit) {
             services_.stats.count_shed();
             auto request_id = request_id_of(head);
             // Debug only: under overload a line per shed request would add to the load.
@@ -246,12 +222,12 @@ net::awaitable<void> session::serve() {
                                 {"request_id", request_id}});
             if (!co_await reply(errc::unavailable,
                                 "too many requests in flight; nothing was written, retry later",
-                                head, true, parser.is_done(), r, started, std::move(request_id)))
+                                head, true, !body_follows, r, started, std::move(request_id)))
                 co_return;
             continue;
         }
 
-        if (!parser.is_done()) {
+        if (body_follows) {
             if (expects_continue(head)) {
                 http::response<http::empty_body> go_on{http::status::continue_, 11};
                 stream_.expires_after(limits.write_timeout);
@@ -259,27 +235,46 @@ net::awaitable<void> session::serve() {
                 if (wec)
                     co_return;
             }
+            parser.body_limit(static_cast<std::uint64_t>(limits.max_body_bytes));
+            parser.eager(true);
+            const auto head_fields = detail::field_count(parser.get());
             stream_.expires_after(limits.body_timeout);
-            auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, use_tuple);
+            auto bec = co_await read_until(parser, detail::feed_phase::body, progress);
             if (bec) {
                 if (bec == http::error::body_limit)
                     co_await reply_and_close(errc::body_too_large,
                                              "request body exceeds " +
                                                  std::to_string(limits.max_body_bytes) + " bytes",
-                                             parser.get(), true, route_of(parser.get()), started);
+                                             parser.get(), true, r, started);
+                else if (bec == http::error::header_limit)
+                    co_await reply_and_close(errc::headers_too_large,
+                                             "a chunk-size line or the trailer section exceeds " +
+                                                 std::to_string(limits.max_header_bytes) + " bytes",
+                                             parser.get(), true, r, started);
                 else if (is_http_error(bec) && bec != http::error::partial_message &&
                          bec != http::error::end_of_stream)
                     co_await reply_and_close(errc::invalid_request,
                                              "malformed request body: " + bec.message(),
-                                             parser.get(), true, route_of(parser.get()), started);
+                                             parser.get(), true, r, started);
                 co_return;
+            }
+            // RFC 9110 §6.5.1: a trailer must not supply or override a header field, and
+            // an intermediary in front of us may have checked only the head. Refused
+            // rather than dropped, so that a client relying on one learns it at once.
+            if (detail::field_count(parser.get()) != head_fields) {
+                if (!co_await reply(errc::invalid_request,
+                                    "trailer fields are not accepted; send every field in "
+                                    "the request head",
+                                    parser.get(), true, true, r, started))
+                    co_return;
+                continue;
             }
         }
 
         // The store has its own deadlines; the socket has none while the handler runs.
         stream_.expires_never();
         handler_context ctx{services_.store, settings_, peer_, {}, &services_.stats};
-        response res = co_await handle_request(ctx, parser.release());
+        response res = co_await handle_request(ctx, parser.release(), std::move(target));
         if (closed_)
             co_return;
         if (!co_await send(res, ctx.matched, started))
@@ -287,30 +282,14 @@ net::awaitable<void> session::serve() {
     }
 }
 
-// Beast's own header_limit bounds each parse window, not the whole head (a head that
-// arrives in pieces is parsed field by field), so the total is counted here.
-net::awaitable<beast::error_code>
-session::read_header(http::request_parser<http::string_body>& parser) {
-    const std::size_t limit = settings_.http.max_header_bytes;
-    std::size_t consumed = 0;
+// Reads until feed() has what the phase needs; the bounds are feed()'s.
+net::awaitable<beast::error_code> session::read_until(detail::request_parser& parser,
+                                                      detail::feed_phase phase,
+                                                      detail::feed_progress& progress) {
     for (;;) {
-        beast::error_code ec;
-        if (buffer_.size() > 0) {
-            auto used = parser.put(buffer_.data(), ec);
-            buffer_.consume(used);
-            consumed += used;
-            if (consumed > limit)
-                co_return http::error::header_limit;
-            if (!ec && parser.is_header_done())
-                co_return beast::error_code{};
-            if (ec && ec != http::error::need_more)
-                co_return ec;
-            if (!ec && used > 0)
-                continue;
-        }
-        // The head is incomplete: everything buffered still belongs to it.
-        if (consumed + buffer_.size() > limit)
-            co_return http::error::header_limit;
+        auto ec = detail::feed(parser, buffer_, phase, settings_.http.max_header_bytes, progress);
+        if (ec != http::error::need_more)
+            co_return ec;
         auto [rec, n] = co_await stream_.async_read_some(buffer_.prepare(read_chunk), use_tuple);
         if (rec == net::error::eof)
             co_return http::error::partial_message;

@@ -5,17 +5,20 @@
 // and writes the response. Every read and write has a deadline; a framing error, a
 // limit or a deadline ends only this connection.
 //
-// Per request, in this order: the head is read (bounded by max_header_bytes); the bearer
-// token is checked (401 before the body is read or the store touched); a process-wide
-// in-flight permit is taken (503 + Retry-After when none is left, before the body is
-// read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes;
-// /healthz, /readyz and /metrics without a body need none); then the body, the handler
-// and the response. A connection serves one request at a
-// time: its in-flight count is at most 1 by construction.
+// Per request: the head is read (bounded by max_header_bytes), then admit()
+// (proxy/admission.hpp) decides, from the head alone, in the order docs/operations.md
+// gives: framing, target, credentials (401 before any body byte is read), body rules
+// (open routes take none; a declared length over max_body_bytes is 413), then a
+// process-wide in-flight permit (503 + Retry-After when none is left, before the body is
+// read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes).
+// Then the body (chunk-size lines and the trailer section bounded by max_header_bytes; a
+// non-empty trailer section is refused), the handler and the response. A connection
+// serves one request at a time: its in-flight count is at most 1 by construction.
 
 #include "backends/net.hpp"
 #include "backends/store.hpp"
 #include "config/settings.hpp"
+#include "proxy/detail/request_feed.hpp"
 #include "proxy/handlers.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/overload.hpp"
@@ -73,7 +76,9 @@ public:
 private:
     net::awaitable<void> serve();
     net::awaitable<bool> wait_for_request();
-    net::awaitable<beast::error_code> read_header(http::request_parser<http::string_body>& parser);
+    net::awaitable<beast::error_code> read_until(detail::request_parser& parser,
+                                                 detail::feed_phase phase,
+                                                 detail::feed_progress& progress);
     using time_point = std::chrono::steady_clock::time_point;
     // Sends an error the session itself decided on (401, 503 shed, 4xx framing) and counts
     // it. keep_alive false: Connection: close, then a lingering close. `parsed` false: the
