@@ -12,14 +12,20 @@
 // - every response has X-Request-Id, and every error is JSON {error, message} whose code
 //   matches its status (405 with Allow, 409 stale_token with current_token > token).
 //
+// The bytes go through the session's intake first (proxy/detail/request_feed.hpp and
+// proxy/admission.hpp: the head and body bounds, framing, credentials, body rules,
+// trailers), so what reaches the handler is what a real connection would deliver.
+//
 // Input layout: byte 0 chooses a store failure to inject (bits 0-1: none, unavailable,
-// outcome_unknown, internal) and the request it hits (bits 2-4); the rest is the bytes a
-// client would send.
+// outcome_unknown, internal), the request it hits (bits 2-4) and whether auth is on
+// (bit 5, token "secret"); the rest is the bytes a client would send.
 
 #include "config/logging.hpp"
 #include "config/settings.hpp"
 #include "fence/error.hpp"
 #include "fence/token.hpp"
+#include "proxy/admission.hpp"
+#include "proxy/detail/request_feed.hpp"
 #include "proxy/error_response.hpp"
 #include "proxy/handlers.hpp"
 #include "proxy/router.hpp"
@@ -348,25 +354,62 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     recording_store recorder(memory);
     proxy::handler_context ctx{recorder, settings, "fuzz", {}};
 
-    for (unsigned n = 0; n < 16 && !rest.empty(); ++n) {
-        boost::beast::http::request_parser<boost::beast::http::string_body> parser;
-        parser.header_limit(static_cast<std::uint32_t>(settings.http.max_header_bytes));
-        parser.body_limit(settings.http.max_body_bytes);
-        parser.eager(true);
-        boost::beast::error_code ec;
-        while (!parser.is_done()) {
-            const auto used = parser.put(net::buffer(rest.data(), rest.size()), ec);
-            rest.remove_prefix(used);
-            if (ec == boost::beast::http::error::need_more && !rest.empty() && used > 0) {
-                ec = {};
-                continue;
-            }
-            if (ec == boost::beast::http::error::need_more)
-                parser.put_eof(ec);
-            break;
+    // The session's own intake, short of the socket: feed() with its bounds, then
+    // admit(), then the body, exactly as proxy/session.cpp does. Bit 5 of byte 0 turns
+    // auth on (token "secret").
+    const bool auth_on = (data[0] & 0x20u) != 0;
+    const auto limit = settings.http.max_header_bytes;
+    boost::beast::flat_buffer buffer;
+    {
+        auto dst = buffer.prepare(rest.size());
+        net::buffer_copy(dst, net::buffer(rest.data(), rest.size()));
+        buffer.commit(rest.size());
+    }
+    for (unsigned n = 0; n < 16 && buffer.size() > 0; ++n) {
+        proxy::detail::request_parser parser;
+        parser.header_limit(static_cast<std::uint32_t>(limit));
+        parser.body_limit(boost::none);
+        proxy::detail::feed_progress progress;
+        auto ec =
+            proxy::detail::feed(parser, buffer, proxy::detail::feed_phase::head, limit, progress);
+        // All of the input is buffered: need_more means it ended mid-head.
+        if (ec)
+            return 0; // the session answers 431/400 and closes
+        FK_FUZZ_CHECK(progress.head_bytes <= limit);
+        const auto& head = parser.get();
+        const auto target = proxy::match_route(head.method(), head.target());
+        const bool body_follows = !parser.is_done();
+        const bool authorized =
+            !auth_on || (head.count(boost::beast::http::field::authorization) == 1 &&
+                         head[boost::beast::http::field::authorization] == "Bearer secret");
+        std::optional<std::uint64_t> content_length;
+        if (auto declared = parser.content_length())
+            content_length = *declared;
+        const auto decision =
+            proxy::admit({head, target, body_follows, authorized, content_length,
+                          static_cast<std::uint64_t>(settings.http.max_body_bytes)});
+        if (decision.refusal != errc::ok) {
+            FK_FUZZ_CHECK(!decision.needs_permit);
+            if (decision.close)
+                return 0;
+            continue; // answered without a body to skip; the next request follows
         }
-        if (ec || !parser.is_done())
-            return 0; // a framing error: the session answers 400 and closes
+        // Admitted: credentials held, or the route is open and has no body.
+        FK_FUZZ_CHECK(authorized || (proxy::is_open_route(target.kind) && !body_follows));
+        FK_FUZZ_CHECK(!proxy::framing_problem(head));
+        if (body_follows) {
+            parser.body_limit(static_cast<std::uint64_t>(settings.http.max_body_bytes));
+            parser.eager(true);
+            const auto head_fields = proxy::detail::field_count(parser.get());
+            ec = proxy::detail::feed(parser, buffer, proxy::detail::feed_phase::body, limit,
+                                     progress);
+            if (ec)
+                return 0; // 413, 431 or 400, then close (need_more: the input ended)
+            if (proxy::detail::field_count(parser.get()) != head_fields)
+                continue; // trailers: refused with 400, the connection goes on
+        }
+        FK_FUZZ_CHECK(parser.is_done());
+        FK_FUZZ_CHECK(parser.get().body().size() <= settings.http.max_body_bytes);
 
         auto req = parser.release();
         const proxy::request copy = req; // the handler consumes the body
