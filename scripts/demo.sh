@@ -9,6 +9,12 @@
 # Redis lock (scripts/locks/redis-lock.sh: SET NX PX + INCR for the fencing token) and
 # stores the daily report through fencekeeper with curl. A is frozen with SIGSTOP while
 # it holds the lock. Everything it started is stopped and removed on exit.
+#
+# The freeze is a handshake, not a race against A's work: once A has the lock and has
+# started working, it waits for a go file; the script stops A's whole process group,
+# waits until every process in it is stopped, and only then creates the file. So A's
+# write always comes after the freeze, however slow the machine or long the pauses.
+# FENCEKEEPER_BIN=PATH runs that binary instead of build/fencekeeper.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -43,13 +49,24 @@ if ((${#need_pkgs[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-bin=${FENCEKEEPER_BIN:-$repo/build/fencekeeper}
+if [[ -n ${FENCEKEEPER_BIN:-} ]]; then
+  bin=$FENCEKEEPER_BIN
+  [[ -x $bin ]] || die "FENCEKEEPER_BIN=$bin is not an executable file"
+else
+  bin=$repo/build/fencekeeper
+fi
 if [[ ! -x $bin ]]; then
   say "Building fencekeeper (first run only) ..."
   bash scripts/install-deps.sh build
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  # An existing build/ keeps its configuration (scripts/test.sh configures it with the
+  # file store's failpoints compiled in): reconfiguring it here would flip that option
+  # and rebuild everything on the next test run.
+  if [[ -f build/CMakeCache.txt ]]; then
+    cmake -S . -B build >/dev/null
+  else
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_FAILPOINTS=OFF >/dev/null
+  fi
   cmake --build build -j"$(nproc)" --target fencekeeper >/dev/null
-  bin=$repo/build/fencekeeper
 fi
 
 # --- start and stop the servers --------------------------------------------------------
@@ -104,9 +121,10 @@ done
 # --- the job every instance runs (under the lock) --------------------------------------
 cat >"$tmp/job.sh" <<'EOF'
 #!/usr/bin/env bash
-# job.sh NAME WORK_SECONDS: build today's report and store it through fencekeeper.
-# Runs under scripts/locks/redis-lock.sh, which exports FENCING_TOKEN and FENCING_LOCK.
-name=$1 work=$2
+# job.sh NAME WORK_SECONDS [GO_FILE]: build today's report and store it through
+# fencekeeper. Runs under scripts/locks/redis-lock.sh, which exports FENCING_TOKEN and
+# FENCING_LOCK. With GO_FILE, the work waits until that file exists (the freeze handshake).
+name=$1 work=$2 go=${3:-}
 pre="   [$name]"
 echo "$FENCING_TOKEN" >"$DEMO_DIR/$name.token"
 echo "$pre I have the lock \"$FENCING_LOCK\", fencing token $FENCING_TOKEN"
@@ -117,6 +135,10 @@ if [[ $code == 200 ]]; then
 fi
 echo "$pre no report yet, building it (${work}s of work) ..."
 touch "$DEMO_DIR/$name.working"
+if [[ -n $go ]]; then
+  for _ in $(seq 1200); do [[ -e $go ]] && break; sleep 0.05; done
+  [[ -e $go ]] || { echo "$pre no go signal within 60 s: giving up" >&2; exit 1; }
+fi
 sleep "$work"
 echo "$pre done; storing the report with Fencing-Token: $FENCING_TOKEN"
 code=$(curl -s -o "$DEMO_DIR/$name.reply" -w '%{http_code}' -X PUT "$FK/v1/resources/$KEY" \
@@ -130,10 +152,25 @@ EOF
 chmod +x "$tmp/job.sh"
 export DEMO_DIR=$tmp FK=$fk KEY REDIS_HOST=127.0.0.1 REDIS_PORT=$redis_port
 
-start_instance() {  # start_instance NAME WORK_SECONDS [LOCK_WAIT_MS]: own process group
+start_instance() {  # start_instance NAME WORK_SECONDS [LOCK_WAIT_MS [GO_FILE]]: own process group
   LOCK_WAIT_MS=${3:-0} setsid "$repo/scripts/locks/redis-lock.sh" "$LOCK" "$TTL_MS" -- \
-    "$tmp/job.sh" "$1" "$2" &
+    "$tmp/job.sh" "$1" "$2" ${4:+"$4"} &
   pids+=($!)
+}
+group_stopped() {  # group_stopped PGID: true when no process in the group can still run
+  local f stat state pgrp
+  for f in /proc/[0-9]*/stat; do
+    { read -r stat <"$f"; } 2>/dev/null || continue
+    # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+    read -r state _ pgrp _ <<<"${stat##*) }"
+    [[ $pgrp == "$1" && $state != [TtZX] ]] && return 1
+  done
+  return 0
+}
+freeze() {  # freeze PGID: SIGSTOP the group and wait until every process in it has stopped
+  kill -STOP -- "-$1" 2>/dev/null || die "process group $1 is gone: nothing to freeze"
+  for _ in $(seq 1000); do group_stopped "$1" && return 0; sleep 0.01; done
+  die "process group $1 did not stop within 10 s of SIGSTOP"
 }
 wait_file() {  # wait_file PATH SECONDS
   local n=$(( $2 * 20 ))
@@ -152,13 +189,14 @@ note "(The counter has been running for a while: it stands at 100.)"
 beat
 
 step "00:00:00  A starts first and takes the lock"
-start_instance A 1
+start_instance A 1 0 "$tmp/A.go"
 wait_file "$tmp/A.working" 10
 a_tok=$(cat "$tmp/A.token")
 beat
 
 step "00:00:01  A is frozen (SIGSTOP) in the middle of its work"
-kill -STOP -- "-${pids[0]}"
+freeze "${pids[0]}"
+touch "$tmp/A.go"   # A, frozen, cannot see it until SIGCONT
 note "Think of a stop-the-world GC pause, a VM being migrated, a laptop lid closed."
 note "A still believes it holds the lock. The lock's $((TTL_MS / 1000)) s TTL keeps running in Redis."
 beat

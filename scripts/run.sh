@@ -7,7 +7,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh build
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_FAILPOINTS=OFF >/dev/null  # never ship test failpoints
+# A new build/ gets no test failpoints. An existing one keeps its configuration:
+# scripts/test.sh configures build/ with the file store's failpoints compiled in (they act
+# only when FK_FAILPOINT is set), and flipping that option here would rebuild everything
+# here and again on the next test run.
+if [[ -f build/CMakeCache.txt ]]; then
+    cmake -S . -B build >/dev/null
+    if grep -q '^FK_FAILPOINTS:BOOL=ON$' build/CMakeCache.txt; then
+        echo "run.sh: build/ has the test failpoints compiled in (scripts/test.sh configured it);" \
+             "they act only when FK_FAILPOINT is set" >&2
+    fi
+else
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFK_FAILPOINTS=OFF >/dev/null
+fi
 cmake --build build -j"$(nproc)" --target fencekeeper
 
 # Our defaults only where the caller (or a config file) does not choose.

@@ -81,26 +81,107 @@ for r in rows:
     d[r["side"]] = (float(r["rate"] or 0), float(r["cpu_us_per_req"]) if r["cpu_us_per_req"] else None,
                     float(r["db_cpu_us_per_req"]) if r.get("db_cpu_us_per_req") else None)
 
-summary = []  # (scen, clients, fk, base, ratio, lo, hi, cpu, tgt)
-verdicts = []
+# --- baselines that collapsed --------------------------------------------------------
+# A ratio says something about fencekeeper only if its baseline ran as that baseline runs.
+# A baseline run has collapsed, and its round's ratio is not a measurement, when its rate
+#   - is 0, or
+#   - is under a tenth of what the same baseline's median rate at another client count
+#     implies: that rate itself for a smaller count (more clients in a closed loop do not
+#     cut throughput tenfold), that rate scaled down by the client ratio for a larger
+#     count (fewer clients do not each get tenfold less done), or
+#   - (P) is under half the commits per second that the batch statement alone made over
+#     one connection in the same round (ceiling.tsv: rate ÷ batch size): pgbench commits
+#     one row per transaction, which costs less than one of those batches, over at least
+#     as many connections.
+# Collapsed rounds are left out of the ratios and the verdicts; a row with no other
+# round gets no ratio and the verdict INVALID (docs/benchmarks.md, "Targets").
+COLLAPSE_FACTOR = 10
+CEILING_SHARE = 0.5
+ceiling_rows = tsv("ceiling.tsv")
+
+
+def baseline_name(scen):
+    return BASELINE[scen].replace("`", "")
+
+
+def collapse_reason(scen, c, rnd, rate):
+    """Why the baseline run of scenario scen at c clients in round rnd collapsed, or None."""
+    if rate <= 0:
+        return "no requests completed"
+    best = None  # (floor, text)
+    for c2, rounds2 in data[scen].items():
+        rates2 = [v["baseline"][0] for v in rounds2.values() if "baseline" in v]
+        if c2 == c or not rates2:
+            continue
+        med2 = statistics.median(rates2)
+        implied = med2 * min(1.0, c / c2)
+        floor = implied / COLLAPSE_FACTOR
+        if best is None or floor > best[0]:
+            text = (f"its median at {c2} clients was {med2:,.0f}/s" if c2 < c else
+                    f"its median at {c2} clients was {med2:,.0f}/s, {implied:,.0f}/s scaled "
+                    f"to {c} clients")
+            best = (floor, f"under a tenth of what its other runs imply ({text})")
+    if scen == "P":
+        for r in ceiling_rows:
+            if int(r["clients"]) == c and r["round"] == rnd and float(r["rate"] or 0) > 0:
+                commits = float(r["rate"]) / max(int(r["batch"]), 1)
+                floor = commits * CEILING_SHARE
+                if best is None or floor > best[0]:
+                    best = (floor, f"under half the {commits:,.0f} commits/s of the batch "
+                                   f"statement alone over one connection in that round "
+                                   f"({float(r['rate']):,.0f} writes/s in batches of {r['batch']})")
+    if best is not None and rate < best[0]:
+        return best[1]
+    return None
+
+
+collapsed = {}  # (scen, clients, round) -> reason
+for scen in data:
+    for c, rounds in data[scen].items():
+        for rnd, v in rounds.items():
+            if "baseline" in v:
+                why = collapse_reason(scen, c, rnd, v["baseline"][0])
+                if why is not None:
+                    collapsed[(scen, c, rnd)] = why
+                    problems.append(
+                        f"{scen} c={c} round {rnd}: INVALID: baseline collapsed: "
+                        f"{baseline_name(scen)} ran at {v['baseline'][0]:,.0f}/s, {why}; "
+                        f"that round's {scen} ratio at {c} clients is left out")
+
+summary = []  # (scen, clients, fk, base, ratio or None, lo, hi, cpu, tgt)
+verdicts = []  # (target, measured, True = PASS / False = MISS / None = n/a / str = that word)
 for scen in "PFSH":
     for c in sorted(data.get(scen, {})):
         rounds = data[scen][c]
         fk = [v["fencekeeper"][0] for v in rounds.values() if "fencekeeper" in v]
         base = [v["baseline"][0] for v in rounds.values() if "baseline" in v]
-        ratios = [v["fencekeeper"][0] / v["baseline"][0] for v in rounds.values()
-                  if "fencekeeper" in v and "baseline" in v and v["baseline"][0] > 0]
+        paired = [rnd for rnd, v in rounds.items() if "fencekeeper" in v and "baseline" in v]
+        lost = [rnd for rnd in paired if (scen, c, rnd) in collapsed]
+        ratios = [rounds[rnd]["fencekeeper"][0] / rounds[rnd]["baseline"][0]
+                  for rnd in paired if rnd not in lost]
         cpus = [v["fencekeeper"][1] for v in rounds.values()
                 if "fencekeeper" in v and v["fencekeeper"][1] is not None]
-        if not ratios:
+        if not ratios and not lost:
             continue
-        ratio = statistics.median(ratios)
         tgt = target(scen, c)
+        ratio = statistics.median(ratios) if ratios else None
         summary.append((scen, c, statistics.median(fk), statistics.median(base), ratio,
-                        min(ratios), max(ratios), statistics.median(cpus) if cpus else None, tgt))
-        if tgt is not None:
-            verdicts.append((f"{scen} ratio at {c} clients ≥ {tgt}", f"{ratio:.2f}",
-                             ratio >= tgt))
+                        min(ratios) if ratios else None, max(ratios) if ratios else None,
+                        statistics.median(cpus) if cpus else None, tgt))
+        if tgt is None:
+            continue
+        name = f"{scen} ratio at {c} clients ≥ {tgt}"
+        if ratio is None:
+            rnd = lost[0]
+            verdicts.append((name, f"no ratio: {baseline_name(scen)} ran at "
+                                   f"{rounds[rnd]['baseline'][0]:,.0f}/s in round {rnd}, "
+                                   f"{collapsed[(scen, c, rnd)]}"
+                                   + (f" (and {len(lost) - 1} more round(s))" if len(lost) > 1 else ""),
+                             "INVALID: baseline collapsed"))
+        else:
+            note = (f" ({len(lost)} of {len(paired)} rounds left out: baseline collapsed)"
+                    if lost else "")
+            verdicts.append((name, f"{ratio:.2f}{note}", ratio >= tgt))
 
 lines = []
 out = lines.append
@@ -108,9 +189,14 @@ out("| id | what | clients | fencekeeper | baseline | baseline rate | ratio (med
 out("|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|")
 for scen, c, fk, base, ratio, lo, hi, cpu, tgt in summary:
     t = f"≥ {tgt}" if tgt is not None else "—"
-    v = ("**PASS**" if ratio >= tgt else "**MISS**") if tgt is not None else ""
+    if ratio is None:
+        v = "**INVALID: baseline collapsed**" if tgt is not None else "baseline collapsed"
+        ratio_txt, range_txt = "—", "—"
+    else:
+        v = ("**PASS**" if ratio >= tgt else "**MISS**") if tgt is not None else ""
+        ratio_txt, range_txt = f"**{ratio:.2f}**", f"{lo:.2f}–{hi:.2f}"
     out(f"| {scen} | {WHAT[scen]} | {c} | {fmt_rate(fk)} {UNIT[scen]} | {BASELINE[scen]} | "
-        f"{fmt_rate(base)}/s | **{ratio:.2f}** | {lo:.2f}–{hi:.2f} | {t} | {v} | "
+        f"{fmt_rate(base)}/s | {ratio_txt} | {range_txt} | {t} | {v} | "
         f"{f'{cpu:.1f}' if cpu is not None else '—'} |")
 throughput_table = "\n".join(lines)
 
@@ -133,7 +219,6 @@ db_table = "\n".join(lines) if data.get("P") else "(P not measured)"
 
 # P's database ceiling (ceiling.tsv): the batch statement alone, in batches of the mean
 # size fencekeeper formed in the same round, against fencekeeper and pgbench of that round.
-ceiling_rows = tsv("ceiling.tsv")
 ceiling_text = ""
 ceiling_of = {}  # clients -> median of (batch statement alone ÷ pgbench)
 if ceiling_rows:
@@ -153,7 +238,8 @@ if ceiling_rows:
         for r in per:
             rate = float(r["rate"] or 0)
             sides = rounds.get(r["round"], {})
-            if rate > 0 and "baseline" in sides and sides["baseline"][0] > 0:
+            if (rate > 0 and "baseline" in sides and sides["baseline"][0] > 0
+                    and ("P", c, r["round"]) not in collapsed):
                 over_pg.append(rate / sides["baseline"][0])
             if rate > 0 and "fencekeeper" in sides:
                 fk_share.append(sides["fencekeeper"][0] / rate)
@@ -280,7 +366,9 @@ for i, (name, val, ok) in enumerate(verdicts):
         if name.startswith(f"P ratio at {c} clients"):
             verdicts[i] = (name, f"{val} (batch statement alone: {ceil:.2f})", ok)
 for name, val, ok in verdicts:
-    out(f"| {name} | {val} | {'**PASS**' if ok else ('**MISS**' if ok is False else 'n/a')} |")
+    word = (f"**{ok}**" if isinstance(ok, str) else
+            "**PASS**" if ok else ("**MISS**" if ok is False else "n/a"))
+    out(f"| {name} | {val} | {word} |")
 verdict_table = "\n".join(lines)
 
 # --- plot ---------------------------------------------------------------------------
@@ -350,6 +438,8 @@ for (scen, c, side), rs in sorted(sides.items(), key=lambda kv: (kv[0][0], int(k
         continue
     med = statistics.median(rate for _, rate in rs)
     for rnd, rate in rs:
+        if side == "baseline" and (scen, int(c), str(rnd)) in collapsed:
+            continue  # reported above, as a collapse
         if med > 0 and not 0.4 <= rate / med <= 2.5:
             name = "fencekeeper" if side == "fencekeeper" else BASELINE[scen].replace("`", "")
             problems.append(f"{scen} c={c} round {rnd}: {name} ran at {rate:,.0f}/s, "
@@ -574,6 +664,19 @@ with `--rounds 1` to see the service time.
 ## Targets
 
 {verdict_table}
+
+A ratio is a measurement only if its baseline ran as that baseline runs. A baseline run
+has **collapsed** when it completed nothing; or when its rate is under a tenth of what the
+same baseline's median at another client count implies (that rate itself for a smaller
+count, since more clients in a closed loop do not cut throughput tenfold; that rate scaled
+down by the ratio of the client counts for a larger count); or, for P, when pgbench made
+fewer transactions per second than half the commits per second (writes/s ÷ batch size) of
+the batch statement alone over one connection in the same round. A round whose baseline
+collapsed is listed under the problems below and left out of its ratio, its range and its
+verdict; a target with no other round reads **INVALID: baseline collapsed** instead of
+PASS or MISS (`--quick` measures one round, so there a collapse always does).
+`tests/bench/report_test.py` (ctest `unit_bench_report`) checks these verdicts on
+synthetic results.
 {profile_text}
 ## What each comparison runs
 

@@ -1,0 +1,184 @@
+"""The verdicts of scripts/bench/report.py, on synthetic results (no services, no bench run).
+
+Each case writes a results directory the way scripts/bench.sh does (results.tsv,
+ceiling.tsv, meta.tsv), runs `report.py DIR 0` and reads the report it wrote. The rule
+under test (docs/benchmarks.md, "Targets"): a round whose baseline collapsed is not a
+measurement; it is left out of the ratio, and a target with no other round is INVALID,
+never PASS.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+REPORT = os.path.join(REPO, "scripts", "bench", "report.py")
+
+# Medians of the full run in docs/benchmarks.md at 7037872 (fencekeeper, baseline) per
+# scenario and client count: a normal run, whose baselines differ a lot across client
+# counts (F's at 128 is 40% of its rate at 32) without having collapsed.
+NORMAL = {
+    "P": {8: (6820, 8381), 32: (18451, 10911), 128: (29488, 9546)},
+    "F": {8: (8038, 7431), 32: (14759, 11443), 128: (20132, 4543)},
+    "S": {8: (76092, 106959), 32: (100273, 169511), 128: (108026, 213720)},
+    "H": {8: (114212, 131132), 32: (146033, 218806), 128: (163879, 208470)},
+}
+# P's batch ceiling of that run: clients -> (writes/s of the batch statement alone, batch).
+NORMAL_CEILING = {32: (20076, 16), 128: (40666, 60)}
+
+
+def write_results(d, rows, ceiling=()):
+    """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate)."""
+    with open(os.path.join(d, "results.tsv"), "w") as f:
+        f.write("scenario\tclients\tround\tside\trate\tcpu_us_per_req\tdb_cpu_us_per_req\n")
+        for scen, c, rnd, side, rate in rows:
+            f.write("%s\t%d\t%d\t%s\t%.1f\t10.0\t\n" % (scen, c, rnd, side, rate))
+    with open(os.path.join(d, "ceiling.tsv"), "w") as f:
+        f.write("clients\tround\tfk_batch_mean\tbatch\trate\tdb_cpu_us_per_write\n")
+        for c, rnd, batch, rate in ceiling:
+            f.write("%d\t%d\t%.2f\t%d\t%.1f\t20.0\n" % (c, rnd, batch, batch, rate))
+    with open(os.path.join(d, "meta.tsv"), "w") as f:
+        f.write("command\tbash scripts/bench.sh --quick\nrounds\t1\nduration\t3\n")
+
+
+def normal_rows(rounds=1, scens="PFSH"):
+    return [(s, c, r, side, rate)
+            for s in scens for c, (fk, base) in NORMAL[s].items() for r in range(1, rounds + 1)
+            for side, rate in (("fencekeeper", fk), ("baseline", base))]
+
+
+def normal_ceiling(rounds=1):
+    return [(c, r, b, rate) for c, (rate, b) in NORMAL_CEILING.items()
+            for r in range(1, rounds + 1)]
+
+
+def replace(rows, scen, c, rnd, side, rate):
+    return [(s, cc, r, sd, rate if (s, cc, r, sd) == (scen, c, rnd, side) else x)
+            for s, cc, r, sd, x in rows]
+
+
+class Report:
+    def __init__(self, rows, ceiling=()):
+        d = tempfile.mkdtemp(prefix="fk-report-test-")
+        try:
+            write_results(d, rows, ceiling)
+            p = subprocess.run([sys.executable, REPORT, d, "0"], capture_output=True,
+                               text=True, timeout=120)
+            if p.returncode != 0:
+                raise AssertionError("report.py exited %d:\n%s%s" % (p.returncode, p.stdout, p.stderr))
+            with open(os.path.join(d, "benchmarks.md")) as f:
+                self.md = f.read()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def section(self, title):
+        m = re.search(r"^## %s\n(.*?)(?=^## |\Z)" % re.escape(title), self.md, re.M | re.S)
+        assert m, "no section %r in the report" % title
+        return m.group(1)
+
+    def verdicts(self):
+        """target -> (measured, verdict) from the Targets table."""
+        out = {}
+        for line in self.section("Targets").splitlines():
+            cells = [x.strip() for x in line.strip().strip("|").split("|")]
+            if len(cells) == 3 and cells[0] not in ("target", "---"):
+                out[cells[0]] = (cells[1], cells[2])
+        return out
+
+    def throughput_row(self, scen, c):
+        for line in self.section("Throughput: ratio to the baseline").splitlines():
+            cells = [x.strip() for x in line.strip().strip("|").split("|")]
+            if len(cells) > 3 and cells[0] == scen and cells[2] == str(c):
+                return cells
+        raise AssertionError("no throughput row for %s at %d clients" % (scen, c))
+
+    def problems(self):
+        return self.section("Problems seen during the run")
+
+
+P128 = "P ratio at 128 clients ≥ 2.0"
+P32 = "P ratio at 32 clients ≥ 2.0"
+
+
+class VerdictTest(unittest.TestCase):
+    def test_normal_run_keeps_its_verdicts(self):
+        r = Report(normal_rows(), normal_ceiling())
+        v = r.verdicts()
+        self.assertEqual([t for t, (_, w) in v.items() if "INVALID" in w], [])
+        self.assertNotIn("collapsed", r.section("Throughput: ratio to the baseline"))
+        self.assertNotIn("collapsed", r.problems())
+        self.assertEqual(v[P32][1], "**MISS**")
+        self.assertTrue(v[P32][0].startswith("1.69"), v[P32])
+        self.assertEqual(v[P128][1], "**PASS**")
+        self.assertTrue(v[P128][0].startswith("3.09"), v[P128])
+        self.assertEqual(v["F ratio at 32 clients ≥ 1.5"], ("1.29", "**MISS**"))
+        self.assertEqual(v["S ratio at 128 clients ≥ 0.5"], ("0.51", "**PASS**"))
+        self.assertEqual(v["H ratio at 32 clients ≥ 0.6"], ("0.67", "**PASS**"))
+
+    def test_quick_run_with_pgbench_collapsed_at_128_is_invalid(self):
+        # The --quick round of issue 29: pgbench ran at 59 transactions/s at 128 clients.
+        rows = replace(normal_rows(scens="P"), "P", 128, 1, "baseline", 59)
+        rows = replace(rows, "P", 128, 1, "fencekeeper", 15549)
+        r = Report(rows, normal_ceiling())
+        measured, verdict = r.verdicts()[P128]
+        self.assertEqual(verdict, "**INVALID: baseline collapsed**")
+        self.assertIn("pgbench ran at 59/s in round 1", measured)
+        self.assertNotIn("263", r.section("Targets"))
+        row = r.throughput_row("P", 128)
+        self.assertEqual(row[6], "—")
+        self.assertIn("INVALID", row[9])
+        self.assertIn("P c=128 round 1: INVALID: baseline collapsed: pgbench ran at 59/s",
+                      r.problems())
+        # The other client counts are measured as before.
+        self.assertEqual(r.verdicts()[P32][1], "**MISS**")
+
+    def test_collapsed_round_is_left_out_of_the_median(self):
+        rows = normal_rows(rounds=3, scens="P")
+        rows = replace(rows, "P", 128, 2, "baseline", 59)
+        rows = replace(rows, "P", 128, 3, "fencekeeper", 15000)  # ratio 1.57 in round 3
+        r = Report(rows, normal_ceiling(rounds=3))
+        measured, verdict = r.verdicts()[P128]
+        # Rounds 1 and 3 only: median of 3.09 and 1.57 is 2.33 (with round 2 it was 3.09).
+        self.assertTrue(measured.startswith("2.33 (1 of 3 rounds left out: baseline collapsed)"),
+                        measured)
+        self.assertEqual(verdict, "**PASS**")
+        self.assertEqual(r.throughput_row("P", 128)[7], "1.57–3.09")
+        self.assertIn("P c=128 round 2: INVALID", r.problems())
+
+    def test_ceiling_floor_alone_catches_a_collapse(self):
+        # One client count: nothing else to compare with but the batch ceiling of the
+        # round (40,000 writes/s in batches of 64: 625 commits/s over one connection).
+        rows = [("P", 128, 1, "fencekeeper", 20000), ("P", 128, 1, "baseline", 300)]
+        r = Report(rows, [(128, 1, 64, 40000)])
+        measured, verdict = r.verdicts()[P128]
+        self.assertEqual(verdict, "**INVALID: baseline collapsed**")
+        self.assertIn("under half the 625 commits/s of the batch statement alone", measured)
+        rows = [("P", 128, 1, "fencekeeper", 20000), ("P", 128, 1, "baseline", 5000)]
+        self.assertEqual(Report(rows, [(128, 1, 64, 40000)]).verdicts()[P128],
+                         ("4.00 (batch statement alone: 8.00)", "**PASS**"))
+
+    def test_a_larger_client_count_scaled_down_catches_a_collapse(self):
+        # F at 32 at 100/s: under a tenth of its 7,431/s at 8 clients (its 4,543/s at 128,
+        # scaled to 32 clients, implies less: 1,136/s).
+        rows = replace(normal_rows(scens="F"), "F", 32, 1, "baseline", 100)
+        r = Report(rows)
+        measured, verdict = r.verdicts()["F ratio at 32 clients ≥ 1.5"]
+        self.assertEqual(verdict, "**INVALID: baseline collapsed**")
+        self.assertIn("its median at 8 clients was 7,431/s", measured)
+        # 8 clients, below both others: 11,443/s at 32 scaled to 8 is 2,861/s.
+        rows = replace(normal_rows(scens="F"), "F", 8, 1, "baseline", 200)
+        row = Report(rows).throughput_row("F", 8)
+        self.assertEqual(row[9], "baseline collapsed")
+
+    def test_a_baseline_at_zero_is_invalid_not_dropped(self):
+        rows = [("S", 32, 1, "fencekeeper", 90000), ("S", 32, 1, "baseline", 0)]
+        measured, verdict = Report(rows).verdicts()["S ratio at 32 clients ≥ 0.5"]
+        self.assertEqual(verdict, "**INVALID: baseline collapsed**")
+        self.assertIn("no requests completed", measured)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
