@@ -12,6 +12,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -252,7 +253,9 @@ private:
     void submit_on_strand(job_ptr job) {
         if (stopped())
             return job->answer(unavailable<write_result>("the store is stopping"));
-        if (state_.live() == 0)
+        // With a connection attempt in progress the write waits for it (the batch runner
+        // does), as any request does (pool_state::has_prospect).
+        if (!state_.has_prospect())
             return job->answer(
                 unavailable<write_result>("database unavailable: no database connection"));
         if (batches_.size() >= queue_limit_)
@@ -473,10 +476,12 @@ private:
                 continue;
             }
             if (a.d == decision::reject)
-                co_return acquired{nullptr, state_.live() == 0
+                co_return acquired{nullptr, !state_.has_prospect()
                                                 ? "no database connection"
                                                 : "too many requests waiting for a database "
                                                   "connection"};
+            // Woken early (the timer cancelled) with a connection, or refused: the store
+            // stops, or the pool's last connection attempt failed (stranded_waiters).
             boost::system::error_code ec;
             w->timer.expires_after(statement_timeout_);
             co_await w->timer.async_wait(net::redirect_error(net::use_awaitable, ec));
@@ -484,7 +489,9 @@ private:
                 co_return acquired{std::move(w->conn), {}};
             state_.cancel(w);
             co_return acquired{nullptr, stopped() ? "the store is stopping"
-                                                  : "no database connection became free in time"};
+                                        : ec == net::error::operation_aborted
+                                            ? "no database connection"
+                                            : "no database connection became free in time"};
         }
     }
 
@@ -500,11 +507,16 @@ private:
             after_loss();
     }
 
+    // Replacements start first, so that waiters wait for them rather than being refused.
     void after_loss() {
-        for (auto& w : state_.stranded_waiters())
-            w->timer.cancel();
-        update_ready();
         top_up();
+        refuse(state_.stranded_waiters());
+        update_ready();
+    }
+
+    static void refuse(const std::vector<waiter_ptr>& waiters) {
+        for (const auto& w : waiters)
+            w->timer.cancel();
     }
 
     void update_ready() {
@@ -520,12 +532,18 @@ private:
         }
     }
 
-    // One pool slot: connects (with backoff) until it has a connection to hand over. The
-    // first slot also creates or migrates the schema.
+    // One pool slot (pool_state): connects (with backoff) until it has a connection to hand
+    // over. Its first attempt was counted by connect_started(). The first slot also creates
+    // or migrates the schema.
     net::awaitable<void> slot() {
         auto self = shared_from_this();
         int failures = 0;
+        bool attempting = true;
         while (!stopped()) {
+            if (!attempting) {
+                state_.attempt_started();
+                attempting = true;
+            }
             auto c = std::make_shared<connection>(io_);
             const bool migrate = !migrated_;
             connecting_.insert(c);
@@ -561,8 +579,8 @@ private:
                 logging::write(
                     logging::level::warn, "postgres connect failed",
                     {{"endpoint", c->endpoint()}, {"error", err}, {"attempt", failures}});
-            for (auto& w : state_.stranded_waiters())
-                w->timer.cancel();
+            attempting = false;
+            refuse(state_.attempt_failed());
             auto t = std::make_shared<net::steady_timer>(pool_strand_);
             t->expires_after(backoff(failures));
             backoff_timers_.insert(t);
@@ -570,7 +588,9 @@ private:
             co_await t->async_wait(net::redirect_error(net::use_awaitable, ec));
             backoff_timers_.erase(t);
         }
-        state_.connect_failed();
+        if (attempting)
+            refuse(state_.attempt_failed()); // none: stop() took the waiters
+        state_.slot_ended();
     }
 
     static millis backoff(int failures) {

@@ -594,10 +594,13 @@ class StartFailed(Exception):
 class Proxy:
     """One fencekeeper process. Config: a dict written to a JSON file (merged with the
     store's config) and passed with --config; extra args appended. The listen address
-    is always 127.0.0.1:0 unless `listen` is given."""
+    is always 127.0.0.1:0 unless `listen` is given. `on_listening(proxy)`, if given, runs
+    on the stdout reader thread the moment `listening on` is read (host and port set),
+    before start() returns: a test can fire requests at that instant. It must not block."""
 
     def __init__(self, store=None, config=None, args=(), listen="127.0.0.1:0",
-                 log_level=None, env=None, start_timeout=20.0, use_config_file=True):
+                 log_level=None, env=None, start_timeout=20.0, use_config_file=True,
+                 on_listening=None):
         self.store = store
         self.config = deep_merge(store.config if store else {}, config or {})
         self.args = list(args)
@@ -606,6 +609,7 @@ class Proxy:
         self.env = env
         self.start_timeout = start_timeout
         self.use_config_file = use_config_file
+        self.on_listening = on_listening
         self.dir = tmpdir("proxy")
         self.stderr_path = os.path.join(self.dir, "stderr.log")
         self.stdout_lines = []
@@ -641,6 +645,8 @@ class Proxy:
             if m and not self._listening.is_set():
                 self.host = m.group(1).strip("[]")
                 self.port = int(m.group(2))
+                if self.on_listening:
+                    self.on_listening(self)
                 self._listening.set()
 
     def start(self):

@@ -110,3 +110,84 @@ TEST_CASE("pool: waiters are failed when the last connection dies; cancel") {
     CHECK(p.waiting() == 0);
     CHECK(p.take_idle().empty());
 }
+
+TEST_CASE("pool: a request waits for the first connection attempt; only its failure refuses") {
+    pool p(2, 10);
+    auto w1 = std::make_shared<fake_waiter>(fake_waiter{1});
+    auto w2 = std::make_shared<fake_waiter>(fake_waiter{2});
+    // Start-up: one slot is connecting, nothing is alive yet.
+    p.connect_started();
+    CHECK(p.has_prospect());
+    CHECK(p.acquire(w1).d == pool::decision::wait);
+    CHECK(p.acquire(w2).d == pool::decision::wait);
+    CHECK(p.stranded_waiters().empty());
+    // The attempt succeeds: the first waiter gets the connection, the second keeps waiting
+    // (for the connection's release or the next slot).
+    auto h = p.connected(10);
+    REQUIRE(h.has_value());
+    CHECK(h->first == w1);
+    CHECK(h->second == 10);
+    CHECK(p.waiting() == 1);
+    CHECK(p.stranded_waiters().empty());
+    auto back = p.release(10, true);
+    REQUIRE(back.has_value());
+    CHECK(back->first == w2);
+}
+
+TEST_CASE("pool: a failed attempt refuses its waiters, a retry queues them again") {
+    pool p(1, 10);
+    auto w1 = std::make_shared<fake_waiter>(fake_waiter{1});
+    auto w2 = std::make_shared<fake_waiter>(fake_waiter{2});
+    p.connect_started();
+    CHECK(p.acquire(w1).d == pool::decision::wait);
+    auto refused = p.attempt_failed();
+    REQUIRE(refused.size() == 1);
+    CHECK(refused[0] == w1);
+    CHECK(p.waiting() == 0);
+    // Backing off: the last attempt failed, so a request is refused at once.
+    CHECK_FALSE(p.has_prospect());
+    CHECK(p.acquire(w2).d == pool::decision::reject);
+    CHECK(p.missing() == 0); // the slot still counts: no second one is started
+    // The retry: requests wait for it again, and its success serves them.
+    p.attempt_started();
+    CHECK(p.acquire(w2).d == pool::decision::wait);
+    auto h = p.connected(7);
+    REQUIRE(h.has_value());
+    CHECK(h->first == w2);
+    CHECK(p.attempting() == 0);
+    CHECK(p.connecting() == 0);
+    CHECK(p.live() == 1);
+}
+
+TEST_CASE("pool: with several attempts in progress, one failure refuses nobody") {
+    pool p(2, 10);
+    auto w = std::make_shared<fake_waiter>(fake_waiter{1});
+    p.connect_started();
+    p.connect_started();
+    CHECK(p.acquire(w).d == pool::decision::wait);
+    CHECK(p.attempt_failed().empty()); // the other attempt may still succeed
+    CHECK(p.waiting() == 1);
+    auto refused = p.attempt_failed();
+    REQUIRE(refused.size() == 1);
+    CHECK(refused[0] == w);
+    p.slot_ended();
+    p.slot_ended();
+    CHECK(p.missing() == 2);
+}
+
+TEST_CASE("pool: when the last connection dies, waiters wait for its replacement") {
+    pool p(1, 10);
+    p.connect_started();
+    CHECK_FALSE(p.connected(1).has_value());
+    auto w = std::make_shared<fake_waiter>(fake_waiter{1});
+    CHECK(p.acquire(w).d == pool::decision::take);
+    CHECK(p.acquire(w).d == pool::decision::wait);
+    CHECK_FALSE(p.release(1, false).has_value());
+    // The store starts the replacement before it looks for stranded waiters.
+    REQUIRE(p.missing() == 1);
+    p.connect_started();
+    CHECK(p.stranded_waiters().empty());
+    auto h = p.connected(2);
+    REQUIRE(h.has_value());
+    CHECK(h->first == w);
+}

@@ -7,6 +7,8 @@
 
 #include <libpq-fe.h>
 
+#include <cstring>
+
 namespace fk::store::pg::detail {
 namespace {
 
@@ -77,9 +79,15 @@ struct result_clear {
 };
 using result_ptr = std::unique_ptr<PGresult, result_clear>;
 
-// Server notices (and a FATAL that arrives while a connection is idle) would otherwise be
-// printed on stderr by libpq, between our JSON log lines.
-void ignore_notice(void*, const PGresult*) {}
+// Server notices would otherwise be printed on stderr by libpq, between our JSON log
+// lines. An error the server sends while the session is idle arrives here too: a FATAL or
+// PANIC one (pg_terminate_backend, shutdown) means the server is ending the session, so
+// the connection is marked broken. `broken` points to the connection's broken_ flag.
+void on_notice(void* broken, const PGresult* r) {
+    const char* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (severity && (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0))
+        *static_cast<bool*>(broken) = true;
+}
 
 std::string last_error(PGconn* c) {
     std::string m = c ? PQerrorMessage(c) : "out of memory";
@@ -219,7 +227,7 @@ net::awaitable<std::string> connection::connect(std::string conninfo, millis tim
         co_return "out of memory";
     if (PQstatus(c) == CONNECTION_BAD)
         co_return last_error(c);
-    PQsetNoticeReceiver(c, ignore_notice, nullptr);
+    PQsetNoticeReceiver(c, on_notice, &broken_);
     arm_deadline(timeout);
     // libpq's connect_timeout does nothing in non-blocking mode: the deadline is ours.
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
@@ -446,7 +454,13 @@ bool connection::check_idle() noexcept {
     PGconn* c = conn_.get();
     if (!c || broken_)
         return false;
-    if (PQconsumeInput(c) == 0 || PQstatus(c) != CONNECTION_OK) {
+    // Reads what arrived and parses it: PQisBusy hands a FATAL sent to the idle session to
+    // on_notice, which marks the connection broken (the server closes it right after, but
+    // the end of the stream may not have arrived yet).
+    const bool read = PQconsumeInput(c) != 0;
+    if (read)
+        static_cast<void>(PQisBusy(c));
+    if (!read || broken_ || PQstatus(c) != CONNECTION_OK) {
         broken_ = true;
         return false;
     }

@@ -69,7 +69,8 @@ public:
     // short (a timed-out or cancelled query leaves the session in an unknown state).
     bool reusable() const noexcept;
     // For an idle connection about to be used: reads whatever the server sent meanwhile
-    // (a FATAL at shutdown, EOF) without blocking; false when the connection is dead.
+    // (a FATAL from pg_terminate_backend or a shutdown, EOF) without blocking; false when
+    // the connection is dead or the server is ending the session.
     bool check_idle() noexcept;
     // Aborts any wait in progress and marks the connection broken (stop()).
     void abort() noexcept;

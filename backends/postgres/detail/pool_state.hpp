@@ -3,6 +3,12 @@
 // idle connection a request gets, who waits, when a waiter is refused, how many
 // connections are missing. The asynchronous pool (postgres_store.cpp) calls it from one
 // strand only; it is not thread-safe itself.
+//
+// A slot is one missing connection being made: it tries, and after a failure backs off
+// and tries again, until it connects or the pool stops. While any attempt is in progress
+// a request waits for it rather than being refused: right after start, and while the pool
+// reconnects, "no connection yet" is not "no database". Only when no connection is alive
+// and no attempt is in progress (the last ones failed) are requests refused.
 
 #include <algorithm>
 #include <cstddef>
@@ -25,15 +31,16 @@ public:
     };
 
     // An idle connection (most recently used first: it is the likeliest to be alive and
-    // warm), else a place in the queue, else a refusal: when no connection is alive (the
-    // database is down, we must not make requests wait for it) or the queue is full.
+    // warm), else a place in the queue, else a refusal: when the queue is full, or when
+    // nothing can serve the request (see has_prospect(): the database is down, we must
+    // not make requests wait for it).
     acquired acquire(const Waiter& w) {
         if (!idle_.empty()) {
             Conn c = std::move(idle_.back());
             idle_.pop_back();
             return {decision::take, std::move(c)};
         }
-        if (live_ == 0 || waiters_.size() >= queue_limit_)
+        if (!has_prospect() || waiters_.size() >= queue_limit_)
             return {decision::reject, std::nullopt};
         waiters_.push_back(w);
         return {decision::wait, std::nullopt};
@@ -66,17 +73,38 @@ public:
         return true;
     }
 
-    void connect_started() { ++connecting_; }
-    void connect_failed() {
+    // A slot starts, and with it its first attempt (before the caller yields: a request
+    // arriving meanwhile waits for the attempt).
+    void connect_started() {
+        ++connecting_;
+        ++attempting_;
+    }
+    // A slot tries again after backing off.
+    void attempt_started() { ++attempting_; }
+    // An attempt failed (or was abandoned at stop); its slot backs off or ends. Returns the
+    // waiters to refuse now: see stranded_waiters().
+    [[nodiscard]] std::vector<Waiter> attempt_failed() {
+        if (attempting_ > 0)
+            --attempting_;
+        return stranded_waiters();
+    }
+    // A slot ends without a connection (the pool stops); no attempt of it is in progress.
+    void slot_ended() {
         if (connecting_ > 0)
             --connecting_;
     }
-    // A new connection: goes to the first waiter (returned with it) or idle.
+    // An attempt succeeded and its slot ends: the connection goes to the first waiter
+    // (returned with it) or idle.
     handoff connected(Conn c) {
-        connect_failed();
+        if (attempting_ > 0)
+            --attempting_;
+        slot_ended();
         ++live_;
         return hand_over(std::move(c));
     }
+
+    // A connection is alive or an attempt is in progress, so a request may wait.
+    bool has_prospect() const noexcept { return live_ > 0 || attempting_ > 0; }
 
     // How many connections to start so that live + connecting reaches capacity.
     std::size_t missing() const noexcept {
@@ -84,11 +112,12 @@ public:
         return have >= capacity_ ? 0 : capacity_ - have;
     }
 
-    // Waiters that cannot be served any more: nobody alive and nobody connecting soon
-    // enough to count on. Called after a drop or a failed connect.
-    std::vector<Waiter> stranded_waiters() {
+    // Waiters that cannot be served any more: no connection alive and no attempt in
+    // progress (a slot backing off is not counted on: its last attempt failed). Called
+    // after a drop, once the replacements have been started, and by attempt_failed().
+    [[nodiscard]] std::vector<Waiter> stranded_waiters() {
         std::vector<Waiter> out;
-        if (live_ == 0) {
+        if (!has_prospect()) {
             out.assign(waiters_.begin(), waiters_.end());
             waiters_.clear();
         }
@@ -113,6 +142,7 @@ public:
     std::size_t idle() const noexcept { return idle_.size(); }
     std::size_t waiting() const noexcept { return waiters_.size(); }
     std::size_t connecting() const noexcept { return connecting_; }
+    std::size_t attempting() const noexcept { return attempting_; }
     std::size_t capacity() const noexcept { return capacity_; }
 
 private:
@@ -128,8 +158,9 @@ private:
 
     std::size_t capacity_;
     std::size_t queue_limit_;
-    std::size_t live_ = 0; // idle + in use
-    std::size_t connecting_ = 0;
+    std::size_t live_ = 0;       // idle + in use
+    std::size_t connecting_ = 0; // slots: attempting or backing off
+    std::size_t attempting_ = 0; // slots with an attempt in progress
     std::vector<Conn> idle_;
     std::deque<Waiter> waiters_;
 };
