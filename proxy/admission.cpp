@@ -56,6 +56,11 @@ admission admit(const admission_input& in) {
     // 4. Body rules: open routes take none (they are served without credentials, so a
     //    body there would be memory a stranger holds); a declared length over the limit
     //    is refused before it is read.
+    if (is_open_route(r) && in.body_follows && in.target.error == errc::method_not_allowed) {
+        // POST /healthz with a body: the method is the more useful answer.
+        a.allow = in.target.allow;
+        return refuse(errc::method_not_allowed, in.target.message, true);
+    }
     if (is_open_route(r) && in.body_follows)
         return refuse(errc::invalid_request,
                       "this route takes no request body (no Content-Length above 0, no "

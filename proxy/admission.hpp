@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace fk::proxy {
 
@@ -41,6 +42,7 @@ struct admission_input {
 struct admission {
     errc refusal = errc::ok; // ok: go on to the permit and the body
     std::string message;     // why, for the JSON error body
+    std::string_view allow;  // method_not_allowed: the route's methods, for Allow
     // Refused with a body still on the wire: answer, then close without reading it.
     bool close = false;
     // Go on: whether the request takes a process-wide in-flight permit before its body

@@ -203,7 +203,7 @@ net::awaitable<void> session::serve() {
                      {"authorization",
                       head.count(http::field::authorization) == 0 ? "missing" : "wrong"}});
             if (!co_await reply(decision.refusal, decision.message, head, true, !decision.close, r,
-                                started, std::move(request_id)))
+                                started, std::move(request_id), decision.allow))
                 co_return;
             continue;
         }
@@ -325,7 +325,7 @@ net::awaitable<bool> session::send(response& res, route r, time_point started) {
 
 net::awaitable<bool> session::reply(errc code, std::string message, const request& head,
                                     bool parsed, bool keep_alive, route r, time_point started,
-                                    std::string request_id) {
+                                    std::string request_id, std::string_view allow) {
     if (request_id.empty())
         request_id = request_id_of(head);
     if (logging::enabled(logging::level::debug))
@@ -334,7 +334,9 @@ net::awaitable<bool> session::reply(errc code, std::string message, const reques
                         {"detail", message},
                         {"peer", peer_},
                         {"request_id", request_id}});
-    response res = make_error_response(code, std::move(message));
+    response res = code == errc::method_not_allowed
+                       ? method_not_allowed_response(allow, std::move(message))
+                       : make_error_response(code, std::move(message));
     // Of a head that failed to parse only the request id is used: its method and version
     // may be half-read, so the answer is a full HTTP/1.1 one.
     const bool complete = parsed;

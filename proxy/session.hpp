@@ -83,10 +83,11 @@ private:
     // Sends an error the session itself decided on (401, 503 shed, 4xx framing) and counts
     // it. keep_alive false: Connection: close, then a lingering close. `parsed` false: the
     // head is half-read, and only its request id is used.
-    // `request_id` empty: taken from the head (or generated).
+    // `request_id` empty: taken from the head (or generated). `allow`: the Allow header of
+    // a 405.
     net::awaitable<bool> reply(errc code, std::string message, const request& head, bool parsed,
                                bool keep_alive, route r, time_point started,
-                               std::string request_id = {});
+                               std::string request_id = {}, std::string_view allow = {});
     net::awaitable<void> reply_and_close(errc code, std::string message, const request& head,
                                          bool parsed, route r, time_point started);
     // Writes a finished response and counts it in requests_total; false when the

@@ -197,7 +197,7 @@ TEST_CASE("open routes take no body, and no permit") {
     for (const char* wire : {
              "GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
              "GET /readyz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-             "POST /healthz HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+             "HEAD /healthz HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
          }) {
         INFO(wire);
         for (bool authorized : {true, false}) {
@@ -206,6 +206,15 @@ TEST_CASE("open routes take no body, and no permit") {
             CHECK(a.close);
             CHECK_FALSE(a.needs_permit);
         }
+    }
+    // A method the route does not allow is the more useful answer, still from the head.
+    for (bool authorized : {true, false}) {
+        const auto a =
+            admit_wire("POST /healthz HTTP/1.1\r\nContent-Length: 1\r\n\r\n", authorized);
+        CHECK(a.refusal == errc::method_not_allowed);
+        CHECK(a.allow.find("GET") != std::string_view::npos);
+        CHECK(a.close);
+        CHECK_FALSE(a.needs_permit);
     }
     for (const char* wire :
          {"GET /healthz HTTP/1.1\r\n\r\n", "GET /readyz HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
