@@ -7,8 +7,8 @@ What is here:
     bytes for framing/smuggling tests). Client: the same over http.client.
   - Store parametrization: stores() yields the file store (a fresh temp dir) always
     and Postgres (a fresh schema) when FK_TEST_PG_URL is set.
-  - Service discovery: service(), require_service() (exit 77 = skipped unless
-    FK_REQUIRE_SERVICES=1, then a missing service is a failure).
+  - Service discovery: service(), require_service(), require_tool(); each missing
+    thing goes through missing(): a skip, or a failure under FK_REQUIRE_SERVICES=1.
   - A tiny runner: main(globals()) runs every `test_*` function (per store when it
     takes a `store` argument), prints "N passed, N failed", exits 1 on failure.
   - History: an operation-history recorder and checker for zombie/robustness tests.
@@ -18,13 +18,17 @@ Environment:
   FK_TEST_PG_URL          libpq URI of a Postgres the tests may create schemas in
   FK_TEST_REDIS_PORT      port of a Redis on 127.0.0.1
   FK_TEST_ETCD_ENDPOINTS  etcd client URL(s), comma separated
-  FK_REQUIRE_SERVICES=1   a missing service fails instead of skipping
+  FK_TEST_PG_BIN          the directory of initdb/pg_ctl for tests that run their own
+                          cluster (default: the newest /usr/lib/postgresql/*/bin, else PATH)
+  FK_REQUIRE_SERVICES=1   a missing service, tool or binary fails instead of skipping
+                          (scripts/test.sh sets it)
   FK_KEEP_TMP=1           keep temp dirs (stores, logs) for debugging
   FK_TEST_FILTER          only run tests whose name contains this (also argv[1])
 """
 
 import base64
 import contextlib
+import glob
 import http.client
 import inspect
 import json
@@ -55,7 +59,8 @@ SKIP_EXIT = 77
 # ---------------------------------------------------------------------------
 
 class Skip(Exception):
-    """Raised by a test to mark itself skipped (not a failure)."""
+    """Raised by a test that does not apply where it runs (e.g. RSS bounds under ASan).
+    Something missing from the environment goes through missing() instead."""
 
 
 class CheckFailed(AssertionError):
@@ -84,10 +89,7 @@ def binary():
 def require_binary():
     b = binary()
     if not (os.path.isfile(b) and os.access(b, os.X_OK)):
-        if os.environ.get("FK_REQUIRE_SERVICES") == "1":
-            raise RuntimeError("fencekeeper binary not found: %s" % b)
-        print("SKIP: fencekeeper binary not found: %s" % b)
-        sys.exit(SKIP_EXIT)
+        missing("fencekeeper binary not found: %s" % b)
     return b
 
 
@@ -106,6 +108,27 @@ def services_required():
     return os.environ.get("FK_REQUIRE_SERVICES") == "1"
 
 
+# The label of the test main() is running, None outside one (module level).
+_current_test = None
+
+
+def missing(what):
+    """Gives up for lack of `what` (a service, tool or binary a test needs). Under
+    FK_REQUIRE_SERVICES=1 (scripts/test.sh, which provides everything) that is a failure:
+    a test that did not run checked nothing, and its file's other tests must not make
+    it pass. Otherwise a skip. Inside a test it raises (CheckFailed or Skip); outside
+    one (at module level, before the runner) it ends the whole file with exit 1 or 77."""
+    required = services_required()
+    if required:
+        what = "%s (FK_REQUIRE_SERVICES=1: missing means failed)" % what
+    if _current_test is None:
+        print("%s: %s" % ("FAIL" if required else "SKIP", what), flush=True)
+        sys.exit(1 if required else SKIP_EXIT)
+    if required:
+        raise CheckFailed(what)
+    raise Skip(what)
+
+
 def service(name):
     """The service's env value (URL, port or endpoints), or None."""
     var = _SERVICE_ENV.get(name, name)
@@ -114,17 +137,33 @@ def service(name):
 
 
 def require_service(name):
-    """Returns the service's value; exits 77 (skipped) when missing, unless
-    FK_REQUIRE_SERVICES=1, in which case a missing service is a failure (exit 1)."""
+    """Returns the service's value, or calls missing() when it is not provided."""
     v = service(name)
     if v is None:
-        var = _SERVICE_ENV.get(name, name)
-        if services_required():
-            print("FAIL: service %s required (FK_REQUIRE_SERVICES=1) but %s is not set" % (name, var))
-            sys.exit(1)
-        print("SKIP: service %s not provided (%s unset)" % (name, var))
-        sys.exit(SKIP_EXIT)
+        missing("service %s not provided (%s unset)" % (name, _SERVICE_ENV.get(name, name)))
     return v
+
+
+def pg_tool(name):
+    """The path of Postgres server program `name` (initdb, pg_ctl, ...), or missing()."""
+    d = os.environ.get("FK_TEST_PG_BIN", "").strip()
+    if not d:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/" + name),
+                       key=lambda f: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", f)])
+        return require_tool(name, found[-1] if found else None)
+    path = os.path.join(d, name)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        missing("%s is not in FK_TEST_PG_BIN=%s" % (name, d))
+    return path
+
+
+def require_tool(name, path=None):
+    """Returns the path of executable `name` (`path` if given, else the one on PATH), or
+    calls missing() when there is none."""
+    exe = path or shutil.which(name)
+    if not exe or not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        missing("%s is not installed" % name)
+    return exe
 
 
 def redis_port():
@@ -249,11 +288,9 @@ def store_kinds():
 
 
 def psql(sql, url=None, check_rc=True):
-    """Runs SQL through the psql client (if installed); returns stdout."""
-    url = url or service("postgres")
-    exe = shutil.which("psql")
-    if not exe or not url:
-        raise Skip("psql or FK_TEST_PG_URL not available")
+    """Runs SQL through the psql client; returns stdout."""
+    url = url or require_service("postgres")
+    exe = require_tool("psql")
     r = subprocess.run([exe, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
                        capture_output=True, text=True, timeout=60)
     if check_rc and r.returncode != 0:
@@ -1110,17 +1147,19 @@ def _collect(ns):
     return tests
 
 
-def main(ns, per_store=None):
+def main(ns, needs_binary=True, after_each=None):
     """Runs every test_* function of module namespace `ns` in source order. A test
     with a parameter named `store` runs once per store from stores() (each gets a
-    fresh one); other tests run once. Prints a line per test and "N passed, N failed,
-    N skipped"; exits 1 on failure, 77 when everything was skipped."""
-    require_binary()
+    fresh one); other tests run once; after_each() runs after every test. Prints a line
+    per test and "N passed, N failed, N skipped"; exits 1 on failure, 77 when everything
+    was skipped."""
+    global _current_test
+    if needs_binary:
+        require_binary()
     flt = os.environ.get("FK_TEST_FILTER") or (sys.argv[1] if len(sys.argv) > 1 else "")
     kinds = store_kinds()
     if services_required() and "postgres" not in kinds:
-        print("FAIL: FK_REQUIRE_SERVICES=1 but FK_TEST_PG_URL is not set")
-        sys.exit(1)
+        missing("the postgres store (FK_TEST_PG_URL unset)")
     passed = failed = skipped = 0
     failures = []
     t_all = time.monotonic()
@@ -1136,6 +1175,7 @@ def main(ns, per_store=None):
             if flt and flt not in label:
                 continue
             t0 = time.monotonic()
+            _current_test = label
             try:
                 if kind is None:
                     fn()
@@ -1163,7 +1203,10 @@ def main(ns, per_store=None):
                               % (p.pid, tail))
                 sys.stdout.flush()
             finally:
+                _current_test = None
                 kill_all_proxies()
+                if after_each:
+                    after_each()
     print("%d passed, %d failed, %d skipped (%.1fs)" % (passed, failed, skipped, time.monotonic() - t_all))
     if failures:
         print("failed: " + ", ".join(failures))

@@ -516,6 +516,29 @@ def test_sighup_flag_overrides_file(store):
     check(os.path.exists(config_path), "config file used")
 
 
+def test_debug_log_one_line_per_fence_advance(store):
+    # docs/operations.md "Logs": at debug, each applied write, delete or fence advance logs
+    # exactly one `fence advanced` line, and it carries the request's request_id and peer.
+    p = start(store, log_level="debug")
+    expect_status(p.put("adv/k", b"1", token=5, lock="adv", headers={"X-Request-Id": "adv-put"}),
+                  201)
+    r = p.put_fence("adv", 7, headers={"X-Request-Id": "adv-fence"})
+    check(r.status in (200, 201), "PUT fence: %d %r" % (r.status, r.body[:300]))
+    expect_status(p.delete("adv/k", token=8, lock="adv", headers={"X-Request-Id": "adv-delete"}),
+                  204)
+    p.wait_log(lambda o: o.get("msg") == "fence advanced" and o.get("request_id") == "adv-delete")
+    time.sleep(LOG_SETTLE)
+    lines = [o for o in p.log_lines() if o.get("msg") == "fence advanced"]
+    eq(sorted(((o.get("request_id"), o.get("lock"), o.get("key"), o.get("token")) for o in lines),
+              key=repr),
+       [("adv-delete", "adv", "adv/k", 8), ("adv-fence", "adv", None, 7),
+        ("adv-put", "adv", "adv/k", 5)],
+       "fence advanced lines (request_id, lock, key, token)")
+    for o in lines:
+        check(re.match(r"^127\.0\.0\.1:\d+$", str(o.get("peer"))), "peer of %r" % o)
+        eq(o.get("level"), "debug", "level of %r" % o)
+
+
 # ---------------------------------------------------------------------------
 # Overload
 # ---------------------------------------------------------------------------
@@ -963,9 +986,9 @@ def test_non_loopback_warning():
     check("WARNING" not in p3.stderr_text(), "warning on loopback")
 
 
-def test_store_url_not_logged_with_credentials(store):
-    if store.kind != "postgres":
-        raise fk.Skip("needs the postgres store")
+def test_store_url_not_logged_with_credentials():
+    fk.require_service("postgres")
+    store = fk.pg_store()
     # A password in the URL must never reach the log.
     url = store.url
     m = re.match(r"^(postgres(?:ql)?://)(.*)$", url)

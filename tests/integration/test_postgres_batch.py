@@ -14,7 +14,6 @@ transactions than writes (proof that batches formed).
 Needs FK_TEST_PG_URL (exit 77 = skipped without it, unless FK_REQUIRE_SERVICES=1).
 """
 
-import shutil
 import subprocess
 import threading
 import time
@@ -213,9 +212,7 @@ def test_same_lock_writes_queue_behind_each_other():
 def open_transaction(sql, what):
     """Opens a psql session, runs BEGIN and `sql` (which must print 'held'), and returns
     it with its transaction still open: release() ends it."""
-    exe = shutil.which("psql")
-    if not exe:
-        raise fk.Skip("psql not available")
+    exe = fk.require_tool("psql")
     proc = subprocess.Popen([exe, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", PG_URL],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)

@@ -6,7 +6,6 @@ restart test starts its own private Postgres (initdb in a temp dir, as the `post
 user when run as root), since it stops and restarts the server.
 """
 
-import glob
 import json
 import os
 import random
@@ -184,18 +183,11 @@ def test_kill9_mid_load_keeps_every_acknowledged_fence():
 
 # --- Postgres stopped and restarted under load --------------------------------------
 
-def _pg_bin(name):
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/" + name))
-    return found[-1] if found else shutil.which(name)
-
-
 class PrivatePostgres:
     """A throwaway cluster on a free loopback port that the test may stop and start."""
 
     def __init__(self):
-        self.initdb, self.pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-        if not self.initdb or not self.pg_ctl:
-            raise fk.Skip("initdb/pg_ctl not installed")
+        self.initdb, self.pg_ctl = fk.pg_tool("initdb"), fk.pg_tool("pg_ctl")
         # Its own top-level temp dir: the postgres user must be able to reach it.
         self.dir = tempfile.mkdtemp(prefix="fk-pg-")
         self.port = fk.free_port()

@@ -37,10 +37,7 @@ import robust
 def shim():
     path = os.path.join(os.path.dirname(os.path.abspath(fk.binary())), "libfk_fsync_fault.so")
     if not os.path.exists(path):
-        msg = "%s not built (cmake --build BUILD --target fk_fsync_fault)" % path
-        if fk.services_required():
-            fk.fail(msg)
-        raise fk.Skip(msg)
+        fk.missing("%s not built (cmake --build BUILD --target fk_fsync_fault)" % path)
     return path
 
 

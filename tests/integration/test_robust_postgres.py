@@ -17,7 +17,6 @@ a write that is not in the database, no acknowledged fence missing, no rejected 
 write present.
 """
 
-import glob
 import os
 import shutil
 import signal
@@ -36,21 +35,12 @@ CONNECT_TIMEOUT_MS = 1000
 DEADLINE_S = 2 * STATEMENT_TIMEOUT_MS / 1000 + 1 + 1.5
 
 
-def _pg_bin(name):
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/" + name))
-    return found[-1] if found else shutil.which(name)
-
-
 class Cluster:
     """A private Postgres cluster on a free loopback port."""
 
     def __init__(self):
-        self.initdb, self.pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-        if not self.initdb or not self.pg_ctl or not shutil.which("psql"):
-            msg = "initdb/pg_ctl/psql not installed"
-            if fk.services_required():
-                fk.fail(msg)
-            raise fk.Skip(msg)
+        self.initdb, self.pg_ctl = fk.pg_tool("initdb"), fk.pg_tool("pg_ctl")
+        self.psql_exe = fk.require_tool("psql")
         self.dir = tempfile.mkdtemp(prefix="fk-pgr-")
         self.data = os.path.join(self.dir, "data")
         self.port = fk.free_port()
@@ -92,7 +82,7 @@ class Cluster:
         return out
 
     def psql(self, sql):
-        r = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", self.url, "-c", sql],
+        r = subprocess.run([self.psql_exe, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", self.url, "-c", sql],
                            capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
             raise RuntimeError("psql: %s" % r.stderr)

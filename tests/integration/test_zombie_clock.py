@@ -15,7 +15,6 @@ the time through libc. A forward jump on the Redis server (early expiry) has the
 effect as the stall in test_zombie_pause: two holders at once, fenced by the token.
 """
 import os
-import shutil
 import time
 
 import fk
@@ -37,10 +36,9 @@ def _faketime_env(clock_file):
 
 def test_clock_jump(store):
     port = int(fk.require_service("redis"))
-    if not os.path.exists(LIBFAKETIME) or not shutil.which("faketime"):
-        if fk.services_required():
-            raise RuntimeError("faketime (libfaketime) is not installed")
-        raise fk.Skip("faketime is not installed")
+    fk.require_tool("faketime")
+    if not os.path.exists(LIBFAKETIME):
+        fk.missing("libfaketime is not installed (%s)" % LIBFAKETIME)
     proxy = store.start()
     proxy.wait_ready()
     rec = zombies.Recorder()

@@ -6,9 +6,7 @@ pg-token.sh. Needs no fencekeeper binary: these are the lock-service side.
 """
 import os
 import subprocess
-import sys
 import time
-import traceback
 
 import fk
 import zombies
@@ -162,35 +160,5 @@ def test_postgres_recipes():
     fk.eq(int(r.stdout), 7, "token of the waiting holder")
 
 
-def main():
-    passed = failed = skipped = 0
-    for name, fn in [(n, f) for n, f in list(globals().items()) if n.startswith("test_")]:
-        t0 = time.monotonic()
-        try:
-            fn()
-            print("PASS %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
-            passed += 1
-        except SystemExit as e:            # require_service: 77 = not provided
-            if e.code == fk.SKIP_EXIT:
-                print("SKIP %s" % name)
-                skipped += 1
-            else:
-                print("FAIL %s: service missing" % name)
-                failed += 1
-        except fk.Skip as e:
-            print("SKIP %s: %s" % (name, e))
-            skipped += 1
-        except Exception:
-            print("FAIL %s (%.1fs)" % (name, time.monotonic() - t0))
-            traceback.print_exc(file=sys.stdout)
-            failed += 1
-        finally:
-            zombies.cleanup()
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    fk._drop_pg_schemas()
-    fk._remove_tmp()
-    sys.exit(1 if failed else (fk.SKIP_EXIT if passed == 0 else 0))
-
-
 if __name__ == "__main__":
-    main()
+    fk.main(globals(), needs_binary=False, after_each=zombies.cleanup)

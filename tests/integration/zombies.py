@@ -158,12 +158,7 @@ class RedisServer:
     under (e.g. faketime); env: extra environment."""
 
     def __init__(self, args=(), prefix=(), env=None, name="redis"):
-        exe = shutil.which("redis-server")
-        if not exe:
-            if fk.services_required():
-                raise RuntimeError("redis-server is not installed")
-            raise fk.Skip("redis-server is not installed")
-        self.exe = exe
+        self.exe = fk.require_tool("redis-server")
         self.args = [str(a) for a in args]
         self.prefix = list(prefix)
         self.env = env
@@ -498,8 +493,7 @@ def fk_target(proxy):
 
 def etcd_env():
     eps = fk.require_service("etcd")
-    if not shutil.which("etcdctl"):
-        raise fk.Skip("etcdctl is not installed")
+    fk.require_tool("etcdctl")
     return {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": eps}
 
 

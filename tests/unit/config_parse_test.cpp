@@ -133,6 +133,12 @@ TEST_CASE("--help, -h and --version") {
     // They work even when the rest of the line would fail later.
     CHECK(ok({"--help", "--config", "/nonexistent/fk.json"}).show_help);
     CHECK(ok({"--threads", "0", "--version"}).show_version);
+    CHECK(ok({"--help", "--listen", "nonsense", "--log-level", "loud"}).show_help);
+    // The line itself is still parsed (docs/configuration.md): a typo is reported, not
+    // hidden behind the help text.
+    CHECK(err({"--help", "--treads", "2"}) == "unknown flag '--treads'");
+    CHECK(contains(err({"--version", "serve"}), "unexpected argument 'serve'"));
+    CHECK(err({"--version", "--threads"}) == "--threads: missing value");
     CHECK(err({"--help=yes"}) == "--help: takes no value");
     CHECK(err({"--version=1"}) == "--version: takes no value");
     const auto usage = usage_text();

@@ -80,6 +80,12 @@ TEST_CASE("key paths: long segments are chunked, never inside %XX, never '.' or 
     }
     joined += p->file;
     CHECK(joined == encode_segment(percent));
+    // The example of docs/file-store.md: a cut never splits a %XX, so a chunk holds 66 of
+    // them (198 bytes): 15 directories of 198 + "~+" bytes, then a file of the last 102.
+    CHECK(p->dirs.size() == 15);
+    CHECK(std::all_of(p->dirs.begin(), p->dirs.end(),
+                      [](const std::string& d) { return d.size() == 200; }));
+    CHECK(p->file.size() == 102);
 
     std::string dots(201, '.'); // 200 dots in a chunk, then "." alone
     auto q = object_path_for(dots);
