@@ -156,7 +156,10 @@ net::awaitable<void> session::serve() {
         parser.body_limit(boost::none);
         detail::feed_progress progress;
 
-        stream_.expires_after(limits.header_timeout);
+        // A new connection's header_timeout has run since it was accepted and covers its
+        // whole first head; a kept-alive one gets header_timeout from its first byte.
+        if (!first)
+            stream_.expires_after(limits.header_timeout);
         auto hec = co_await read_until(parser, detail::feed_phase::head, progress);
         const request& head = parser.get();
         if (hec) {

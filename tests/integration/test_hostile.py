@@ -256,6 +256,35 @@ def test_target_is_parsed_once_for_auth_and_routing():
             expect_status(raw.request("GET", target), 200, target)
 
 
+def test_first_head_within_header_timeout_from_accept():
+    # A new connection gets header_timeout_ms from accept for its whole first head. The
+    # timer used to start again at the first byte, so a client sending its first byte
+    # just before the deadline had twice as long.
+    p = start(config={"limits": {"header_timeout_ms": 2000}})
+    s = socket.create_connection((p.host, p.port))
+    t0 = time.monotonic()
+    closed = None
+    try:
+        time.sleep(1.8)
+        for ch in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 40:
+            s.sendall(bytes([ch]))
+            s.settimeout(0.2)
+            try:
+                if not s.recv(4096):
+                    closed = time.monotonic() - t0
+                    break
+            except socket.timeout:
+                pass
+    except (ConnectionResetError, BrokenPipeError):
+        closed = time.monotonic() - t0
+    finally:
+        s.close()
+    check(closed is not None, "the slow first head was never cut off")
+    print("  closed %.2fs after connect (header timeout 2s; it was ~3.8s)" % closed)
+    check(closed < 3.0, "closed only %.2fs after connect: the timer restarted at the first byte"
+          % closed)
+
+
 # ---------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------
