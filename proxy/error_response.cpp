@@ -199,6 +199,14 @@ response lock_mismatch_response(std::string_view key, std::string_view key_lock)
                                            {}});
 }
 
+response precondition_failed_response(std::string_view key) {
+    return make_error_response(error_reply{errc::precondition_failed,
+                                           "If-Match / If-None-Match does not hold for key '" +
+                                               std::string{key} + "'; nothing was written",
+                                           {{"key", key}},
+                                           {}});
+}
+
 response operation_failed_response(std::string_view sqlstate, std::string message) {
     return make_error_response(
         error_reply{errc::operation_failed, std::move(message), {{"sqlstate", sqlstate}}, {}});

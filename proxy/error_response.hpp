@@ -38,6 +38,7 @@ response make_error_response(errc code, std::string message);
 response stale_token_response(std::string_view lock, fence::token_t token,
                               fence::token_t current_token);
 response lock_mismatch_response(std::string_view key, std::string_view key_lock);
+response precondition_failed_response(std::string_view key);
 response operation_failed_response(std::string_view sqlstate, std::string message);
 response method_not_allowed_response(std::string_view allow, std::string message);
 

@@ -230,9 +230,7 @@ response write_failure(const call& c, const store::write_result& r,
     case errc::lock_mismatch:
         return lock_mismatch_response(key.value_or(""), r.lock);
     case errc::precondition_failed:
-        return make_error_response(errc::precondition_failed,
-                                   r.message.empty() ? "If-Match / If-None-Match failed"
-                                                     : r.message);
+        return precondition_failed_response(key.value_or(""));
     default:
         return store_failure(c, r.error, r.message);
     }

@@ -233,17 +233,12 @@ errc file_store::precheck(const std::string& key, const std::string& lock, token
     if (has_body)
         *has_body = ks.exists;
     errc e = fence::check_write(ks, lock, fence, token, pre);
+    // Data only: the proxy words the reply (proxy/error_response.hpp).
     r.error = e;
-    if (e == errc::stale_token) {
+    if (e == errc::stale_token)
         r.current_token = fence.value_or(0);
-        r.message = "token " + std::to_string(token) + " is below the fence " +
-                    std::to_string(r.current_token) + " of lock '" + lock + "'";
-    } else if (e == errc::lock_mismatch) {
+    else if (e == errc::lock_mismatch)
         r.lock = std::string(ks.lock);
-        r.message = "key '" + key + "' belongs to lock '" + r.lock + "'";
-    } else if (e == errc::precondition_failed) {
-        r.message = "precondition failed for key '" + key + "'";
-    }
     return e;
 }
 
@@ -428,8 +423,6 @@ net::awaitable<write_result> file_store::advance_fence(std::string lock, token_t
             if (token < f->second.token) {
                 r.error = errc::stale_token;
                 r.current_token = f->second.token;
-                r.message = "token " + std::to_string(token) + " is below the fence " +
-                            std::to_string(r.current_token) + " of lock '" + lock + "'";
                 co_return r;
             }
             if (token == f->second.token) {

@@ -95,6 +95,15 @@ TEST_CASE("errors: bodies with extra members") {
         CHECK(b["key"] == "k");
         CHECK(b["lock"] == "owner");
     }
+    SUBCASE("precondition_failed") {
+        // Worded here for both stores, which return only the code.
+        auto res = precondition_failed_response("k");
+        CHECK(res.result_int() == 412);
+        auto b = body_of(res);
+        CHECK(b["error"] == "precondition_failed");
+        CHECK(b["key"] == "k");
+        CHECK(b["message"].get<std::string>().find("'k'") != std::string::npos);
+    }
     SUBCASE("operation_failed") {
         auto res = operation_failed_response("23505", "duplicate key");
         CHECK(res.result_int() == 422);

@@ -250,8 +250,6 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             if (!fence::accepts(fence, p.token)) {
                 r.error = errc::stale_token;
                 r.current_token = *fence;
-                r.message = "token " + std::to_string(p.token) + " is below the fence " +
-                            std::to_string(*fence) + " of lock '" + p.lock + "'";
                 continue;
             }
             r.token = advance(p.lock, p.token);
@@ -264,17 +262,12 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         fence::key_state ks{km.exists, km.exists ? std::string_view(km.lock) : "", km.version};
         errc e = fence::check_write(ks, p.lock, fence, p.token, p.pre);
         if (e != errc::ok) {
+            // Data only: the proxy words the reply (proxy/error_response.hpp).
             r.error = e;
-            if (e == errc::stale_token) {
+            if (e == errc::stale_token)
                 r.current_token = fence.value_or(0);
-                r.message = "token " + std::to_string(p.token) + " is below the fence " +
-                            std::to_string(r.current_token) + " of lock '" + p.lock + "'";
-            } else if (e == errc::lock_mismatch) {
+            else if (e == errc::lock_mismatch)
                 r.lock = km.lock;
-                r.message = "key '" + p.key + "' belongs to lock '" + km.lock + "'";
-            } else {
-                r.message = "precondition failed for key '" + p.key + "'";
-            }
             continue;
         }
         if (p.op == pending::kind::put) {
