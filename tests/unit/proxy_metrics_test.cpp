@@ -76,6 +76,19 @@ TEST_CASE("a fresh registry exports every family with zeroes and parses") {
     CHECK_FALSE(e.families.contains("fencekeeper_store_ready"));
 }
 
+TEST_CASE("the route label values are the router's route names") {
+    metrics m;
+    const auto e = scrape(m);
+    std::size_t routes = 0;
+    for (std::size_t i = 0; i < fk::proxy::route_count; ++i) {
+        const std::string name(to_string(static_cast<route>(i)));
+        INFO(name);
+        CHECK(e.value(std::string(req_dur) + "_count", {{"route", name}}) == 0);
+        ++routes;
+    }
+    CHECK(e.count(std::string(req_dur) + "_count") == routes);
+}
+
 TEST_CASE("requests: counted by route and code, durations in cumulative buckets") {
     metrics m;
     m.count_request(route::resource, 201, 300us);
