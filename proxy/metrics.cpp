@@ -1,3 +1,7 @@
+// The whole exporter in one file, about 580 lines: the label tables, the bucket bounds, the
+// per-thread shards and the text rendering all serve one fixed set of series, and read
+// best together. docs/operations.md ("Why the exporter is hand-written") says why this is
+// not prometheus-cpp.
 #include "proxy/metrics.hpp"
 
 #include "proxy/router.hpp"
@@ -14,30 +18,10 @@ constexpr auto relaxed = std::memory_order_relaxed;
 
 // ---- label sets -------------------------------------------------------------------
 
-// Exported in this order; route_index() maps router.hpp's enum onto it.
-constexpr std::array<std::string_view, 8> route_names = {
-    "resource", "fence", "fences_list", "operation", "healthz", "readyz", "metrics", "not_found"};
-
+// Label values of the route label: router.hpp's to_string(route), indexed by the enum.
 std::size_t route_index(route r) noexcept {
-    switch (r) {
-    case route::resource:
-        return 0;
-    case route::fence:
-        return 1;
-    case route::fences_list:
-        return 2;
-    case route::operation:
-        return 3;
-    case route::healthz:
-        return 4;
-    case route::readyz:
-        return 5;
-    case route::metrics:
-        return 6;
-    case route::not_found:
-        return 7;
-    }
-    return 7;
+    const auto i = static_cast<std::size_t>(r);
+    return i < route_count ? i : static_cast<std::size_t>(route::not_found);
 }
 
 constexpr std::array<std::string_view, 4> write_result_names = {"applied", "stale",
@@ -265,8 +249,8 @@ void append_histogram(std::string& out, std::string_view name, label l,
 } // namespace
 
 struct alignas(64) metrics::shard {
-    std::array<std::array<counter, code_slots>, route_names.size()> requests{};
-    std::array<duration_histogram, route_names.size()> request_duration{};
+    std::array<std::array<counter, code_slots>, route_count> requests{};
+    std::array<duration_histogram, route_count> request_duration{};
     std::array<duration_histogram, store_op_names.size()> store_duration{};
     std::array<counter, write_result_names.size()> writes{};
     gap_histogram stale_gap{};
@@ -435,10 +419,9 @@ metrics::gauge_guard metrics::track_request() noexcept {
 
 std::string metrics::render() const {
     // Sum the shards first: a snapshot of plain integers, then format.
-    std::array<std::array<std::uint64_t, code_slots>, route_names.size()> requests{};
-    std::array<std::array<std::uint64_t, duration_buckets.size() + 1>, route_names.size()>
-        req_buckets{};
-    std::array<std::uint64_t, route_names.size()> req_sum{};
+    std::array<std::array<std::uint64_t, code_slots>, route_count> requests{};
+    std::array<std::array<std::uint64_t, duration_buckets.size() + 1>, route_count> req_buckets{};
+    std::array<std::uint64_t, route_count> req_sum{};
     std::array<std::array<std::uint64_t, duration_buckets.size() + 1>, store_op_names.size()>
         store_buckets{};
     std::array<std::uint64_t, store_op_names.size()> store_sum{};
@@ -450,7 +433,7 @@ std::string metrics::render() const {
 
     for (std::size_t i = 0; i < shard_count; ++i) {
         const shard& s = shards_[i];
-        for (std::size_t r = 0; r < route_names.size(); ++r) {
+        for (std::size_t r = 0; r < route_count; ++r) {
             for (std::size_t c = 0; c < code_slots; ++c) {
                 requests[r][c] += s.requests[r][c].load(relaxed);
             }
@@ -487,7 +470,7 @@ std::string metrics::render() const {
 
     append_header(out, "fencekeeper_requests_total", "counter",
                   "HTTP responses sent, by route and status code.");
-    for (std::size_t r = 0; r < route_names.size(); ++r) {
+    for (std::size_t r = 0; r < route_count; ++r) {
         for (std::size_t c = 0; c < code_slots; ++c) {
             if (requests[r][c] == 0) {
                 continue;
@@ -501,7 +484,7 @@ std::string metrics::render() const {
                 code_text = class_names[c - known_codes.size()];
             }
             append_series(out, "fencekeeper_requests_total",
-                          {{"route", route_names[r]}, {"code", code_text}});
+                          {{"route", to_string(static_cast<route>(r))}, {"code", code_text}});
             append_uint(out, requests[r][c]);
             out += '\n';
         }
@@ -509,9 +492,10 @@ std::string metrics::render() const {
 
     append_header(out, "fencekeeper_request_duration_seconds", "histogram",
                   "Time from a request's head to its response, by route.");
-    for (std::size_t r = 0; r < route_names.size(); ++r) {
-        append_histogram(out, "fencekeeper_request_duration_seconds", {"route", route_names[r]},
-                         duration_buckets, req_buckets[r], static_cast<double>(req_sum[r]) / 1e9);
+    for (std::size_t r = 0; r < route_count; ++r) {
+        append_histogram(out, "fencekeeper_request_duration_seconds",
+                         {"route", to_string(static_cast<route>(r))}, duration_buckets,
+                         req_buckets[r], static_cast<double>(req_sum[r]) / 1e9);
     }
 
     append_header(out, "fencekeeper_writes_total", "counter",

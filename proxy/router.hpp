@@ -17,6 +17,7 @@
 
 namespace fk::proxy {
 
+// The values are 0 … route_count - 1, so a route can index an array (proxy/metrics.cpp).
 enum class route {
     not_found,   // no such route (error == not_found)
     resource,    // /v1/resources/{key}
@@ -27,8 +28,10 @@ enum class route {
     readyz,      // /readyz
     metrics,     // /metrics
 };
+inline constexpr std::size_t route_count = static_cast<std::size_t>(route::metrics) + 1;
 
-// The wire name of a route, for logs and (later) metric labels.
+// The wire name of a route: the "route" field of log lines and the route label of the
+// metrics. The one place these names are written.
 std::string_view to_string(route r) noexcept;
 
 inline constexpr std::size_t default_list_limit = 100;

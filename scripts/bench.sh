@@ -19,6 +19,14 @@
 #                           run each with CPU split, batch sizes, WAL flushes, and (when
 #                           `perf` can record here) where the CPU time goes by process,
 #                           library and system call; installs linux-perf
+#            --baseline-rev REV  also build REV's fencekeeper (any git revision: main,
+#                           HEAD~1, a hash) from `git archive` into build-bench/prev-src
+#                           (never committed; rebuilt only when REV resolves to another
+#                           commit) and run it beside this build, in every round, for each
+#                           chosen scenario and client count, the two in alternating order
+#                           right before the baseline; the report adds this build's
+#                           throughput ÷ REV's (median and range over rounds). Latency and
+#                           memory runs stay on this build only.
 #
 # Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
 # fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
@@ -58,6 +66,7 @@ lat_rate=""
 warmup=""
 tick_us=1000
 profile=0
+baseline_rev=""
 while (($#)); do
     case "$1" in
         --quick) quick=1 ;;
@@ -74,7 +83,8 @@ while (($#)); do
         --tick-us) tick_us="$2"; shift ;;
         --no-docs) docs=0 ;;
         --profile) profile=1 ;;
-        -h|--help) sed -n "2,40p" "$0"; exit 0 ;;
+        --baseline-rev) baseline_rev="$2"; shift ;;
+        -h|--help) sed -n "2,48p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -158,6 +168,27 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFK_BUILD_TESTS=OFF >/dev/nul
 nice -n 5 cmake --build "$build" -j"$(nproc)" --target fencekeeper >"$results/build.log" 2>&1 \
     || { tail -n 40 "$results/build.log" >&2; echo "bench.sh: build failed" >&2; exit 1; }
 fk="$repo/$build/fencekeeper"
+# --baseline-rev: REV's fencekeeper, built the same way from REV's own files. The source
+# keeps one path (build-bench/prev-src) so that ccache and CMake reuse earlier builds.
+fk_prev=""
+prev_desc=""
+if [[ -n $baseline_rev ]]; then
+    prev_sha="$(git rev-parse --verify --quiet "$baseline_rev^{commit}")" \
+        || { echo "bench.sh: --baseline-rev $baseline_rev is not a commit here" >&2; exit 2; }
+    prev_desc="$(git rev-parse --short "$prev_sha") ($baseline_rev)"
+    prev_src="$build/prev-src"
+    if [[ "$(cat "$prev_src/.fk-rev" 2>/dev/null)" != "$prev_sha" ]]; then
+        rm -rf "$prev_src"
+        mkdir -p "$prev_src"
+        git archive "$prev_sha" | tar -x -C "$prev_src"
+        echo "$prev_sha" >"$prev_src/.fk-rev"
+    fi
+    log "building $build/prev-build from $prev_desc (Release)"
+    cmake -S "$prev_src" -B "$build/prev-build" -DCMAKE_BUILD_TYPE=Release -DFK_BUILD_TESTS=OFF >/dev/null
+    nice -n 5 cmake --build "$build/prev-build" -j"$(nproc)" --target fencekeeper >"$results/build-prev.log" 2>&1 \
+        || { tail -n 40 "$results/build-prev.log" >&2; echo "bench.sh: building $prev_desc failed" >&2; exit 1; }
+    fk_prev="$repo/$build/prev-build/fencekeeper"
+fi
 boost_inc=()
 [[ -d /usr/include/boost ]] || boost_inc=(-I/usr/include/boost1.81)
 for t in openloop durable_write_baseline; do
@@ -248,10 +279,11 @@ psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkmem" \
     -c "ALTER DATABASE fkmem SET synchronous_commit = off"
 pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
 
-# start_fk NAME ARGS...: starts fencekeeper, sets fk_pid_NAME and fk_port_NAME.
+# start_fk NAME ARGS...: starts fencekeeper (the binary $fk_bin, default $fk), sets
+# fk_pid_NAME and fk_port_NAME.
 start_fk() {
     local name=$1; shift
-    "$fk" --listen 127.0.0.1:0 "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" 9>&- &
+    "${fk_bin:-$fk}" --listen 127.0.0.1:0 "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" 9>&- &
     local pid=$!
     pids+=("$pid")
     local deadline=$((SECONDS + 60))
@@ -276,6 +308,14 @@ start_fk pg --store "$pg_url" ${FK_BENCH_FK_ARGS:-}  # P
 start_fk stale --store "$pg_url"                 # S (own process: its own RSS and cache)
 start_fk file --store "file:$tmp/filestore"      # F
 start_fk health --store "file:$tmp/healthstore"  # H
+if [[ -n $fk_prev ]]; then   # the same, with REV's build (--baseline-rev)
+    mkdir -p "$tmp/filestore-prev" "$tmp/healthstore-prev"
+    # shellcheck disable=SC2086
+    want P && fk_bin=$fk_prev start_fk pg_prev --store "$pg_url" ${FK_BENCH_FK_ARGS:-}
+    want S && fk_bin=$fk_prev start_fk stale_prev --store "$pg_url"
+    want F && fk_bin=$fk_prev start_fk file_prev --store "file:$tmp/filestore-prev"
+    want H && fk_bin=$fk_prev start_fk health_prev --store "file:$tmp/healthstore-prev"
+fi
 fk_threads="$(nproc)"   # fencekeeper's default --threads: one per core
 
 log "starting nginx on 127.0.0.1:$nginx_port with $fk_threads workers"
@@ -348,9 +388,11 @@ problems="$results/problems.txt"
 problem() { echo "$*" >>"$problems"; log "WARNING: $*"; }
 
 # fk_side SCEN PIDVAR PORT CLIENTS ROUND EXPECT(2xx|409|any) [LUA ARGS...]
+# Recorded as side $fk_side_name: "fencekeeper" (default) or "previous" (--baseline-rev).
 fk_side() {
     local scen=$1 pid=$2 port=$3 c=$4 r=$5 expect=$6; shift 6
-    local t0 t1 rps req non2xx errs
+    local t0 t1 rps req non2xx errs side=${fk_side_name:-fencekeeper} who=fencekeeper
+    [[ $side == previous ]] && who="fencekeeper $prev_desc"
     local path=/
     [[ $scen == H ]] && path=/healthz
     local d0=0 d1=0
@@ -360,18 +402,19 @@ fk_side() {
     t1="$(cpu_ticks "$pid")"
     [[ $scen == P ]] && d1="$(pg_cpu_ticks)"
     case $expect in
-        2xx) ((non2xx == 0)) || problem "$scen c=$c round $r: $non2xx of $req fencekeeper answers were not 2xx" ;;
-        409) ((non2xx == req)) || problem "$scen c=$c round $r: only $non2xx of $req fencekeeper answers were non-2xx (expected all 409)" ;;
+        2xx) ((non2xx == 0)) || problem "$scen c=$c round $r: $non2xx of $req $who answers were not 2xx" ;;
+        409) ((non2xx == req)) || problem "$scen c=$c round $r: only $non2xx of $req $who answers were non-2xx (expected all 409)" ;;
     esac
-    ((errs == 0)) || problem "$scen c=$c round $r: $errs socket errors against fencekeeper"
+    ((errs == 0)) || problem "$scen c=$c round $r: $errs socket errors against $who"
     local cpu db="" dbtxt=""
     cpu="$(us_per "$t0" "$t1" "$req")"
     if [[ $scen == P ]]; then
         db="$(us_per "$d0" "$d1" "$req")"
         dbtxt=", Postgres $db CPU-us/write"
     fi
-    record "$scen" "$c" "$r" fencekeeper "$rps" "$cpu" "$db"
-    printf '   %s c=%-3s round %s  fencekeeper %10.1f/s  (%s CPU-us/req%s)\n' "$scen" "$c" "$r" "$rps" "$cpu" "$dbtxt" >&2
+    record "$scen" "$c" "$r" "$side" "$rps" "$cpu" "$db"
+    printf '   %s c=%-3s round %s  %-11s %10.1f/s  (%s CPU-us/req%s)\n' "$scen" "$c" "$r" \
+        "$([[ $side == previous ]] && echo "$baseline_rev" || echo fencekeeper)" "$rps" "$cpu" "$dbtxt" >&2
 }
 
 baseline_side() {   # SCEN CLIENTS ROUND NAME RATE [POSTGRES-CPU-US-PER-TX]
@@ -467,6 +510,13 @@ log "S: priming $stale_keys keys/locks with token 1000000000000"
 prime="$("$openloop" --port "$fk_port_stale" --mode cycle --tag s --keys "$stale_keys" \
     --token 1000000000000 --count "$stale_keys" --connections 32 --body-bytes "$body_bytes")"
 grep -q "status_2xx=$stale_keys " <<<"$prime" || { echo "bench.sh: priming failed: $prime" >&2; exit 1; }
+if [[ -n $fk_prev ]] && want S; then
+    # REV's process primes the same keys with the same token (accepted: not below the
+    # fence), so that its fence cache starts as warm as this build's.
+    prime="$("$openloop" --port "$fk_port_stale_prev" --mode cycle --tag s --keys "$stale_keys" \
+        --token 1000000000000 --count "$stale_keys" --connections 32 --body-bytes "$body_bytes")"
+    grep -q "status_2xx=$stale_keys " <<<"$prime" || { echo "bench.sh: priming $prev_desc failed: $prime" >&2; exit 1; }
+fi
 
 # --- warm-up (not recorded) ----------------------------------------------------------
 # Dirty data that other work left behind (a previous run's deleted files, say) would be
@@ -481,30 +531,60 @@ pgbench_ 32 -T 2 >/dev/null 2>&1 || true
 run_wrk "http://127.0.0.1:$fk_port_file/" 32 put warm 256 >/dev/null
 run_wrk "http://127.0.0.1:$fk_port_stale/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
 run_wrk "http://127.0.0.1:$nginx_port/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+if [[ -n $fk_prev ]]; then
+    want P && run_wrk "http://127.0.0.1:$fk_port_pg_prev/" 32 put warmprev 256 >/dev/null
+    want F && run_wrk "http://127.0.0.1:$fk_port_file_prev/" 32 put warmprev 256 >/dev/null
+    want S && run_wrk "http://127.0.0.1:$fk_port_stale_prev/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+    want H && run_wrk "http://127.0.0.1:$fk_port_health_prev/healthz" 32 >/dev/null
+fi
 duration=$saved_duration
 
 # --- the rounds ------------------------------------------------------------------------
+# prev_side SCEN CLIENTS ROUND NEW|PREV ARGS...: with --baseline-rev, runs fk_side ARGS for
+# REV's build when its turn has come: before this build's run in even rounds, after it in
+# odd ones, so that neither build always runs first. P and F write their own fresh keys.
+prev_side() {
+    local scen=$1 c=$2 r=$3 turn=$4; shift 4
+    [[ -n $fk_prev ]] || return 0
+    [[ $turn == NEW && $((r % 2)) == 1 || $turn == PREV && $((r % 2)) == 0 ]] || return 0
+    local pid port
+    case $scen in
+        P) pid=$fk_pid_pg_prev port=$fk_port_pg_prev ;;
+        F) pid=$fk_pid_file_prev port=$fk_port_file_prev ;;
+        S) pid=$fk_pid_stale_prev port=$fk_port_stale_prev ;;
+        H) pid=$fk_pid_health_prev port=$fk_port_health_prev ;;
+    esac
+    fk_side_name=previous fk_side "$scen" "$pid" "$port" "$c" "$r" "$@"
+}
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "measuring: $rounds round(s) x clients {$clients} x P F S H, ${duration}s per side"
 for r in $(seq "$rounds"); do
     log "round $r of $rounds"
     want P && for c in $clients; do
+        prev_side P "$c" "$r" PREV 2xx put "q$c-r$r" "$body_bytes"
         b0="$(batch_counts "$fk_port_pg")"
         fk_side P "$fk_pid_pg" "$fk_port_pg" "$c" "$r" 2xx put "p$c-r$r" "$body_bytes"
         b1="$(batch_counts "$fk_port_pg")"
+        prev_side P "$c" "$r" NEW 2xx put "q$c-r$r" "$body_bytes"
         pgbench_side "$c" "$r"
         ceiling_side "$c" "$r" "$b0" "$b1"
     done
     want F && for c in $clients; do
+        prev_side F "$c" "$r" PREV 2xx put "g$c-r$r" "$body_bytes"
         fk_side F "$fk_pid_file" "$fk_port_file" "$c" "$r" 2xx put "f$c-r$r" "$body_bytes"
+        prev_side F "$c" "$r" NEW 2xx put "g$c-r$r" "$body_bytes"
         durable_side "$c" "$r"
     done
     want S && for c in $clients; do
+        prev_side S "$c" "$r" PREV 409 cycle s "$body_bytes" "$stale_keys" 1
         fk_side S "$fk_pid_stale" "$fk_port_stale" "$c" "$r" 409 cycle s "$body_bytes" "$stale_keys" 1
+        prev_side S "$c" "$r" NEW 409 cycle s "$body_bytes" "$stale_keys" 1
         nginx_side S "$c" "$r" cycle s "$body_bytes" "$stale_keys" 1
     done
     want H && for c in $clients; do
+        prev_side H "$c" "$r" PREV 2xx
         fk_side H "$fk_pid_health" "$fk_port_health" "$c" "$r" 2xx
+        prev_side H "$c" "$r" NEW 2xx
         nginx_side H "$c" "$r"
     done
 done
@@ -887,6 +967,7 @@ fi
     echo "command	$cmdline"
     echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit	$built_from"
+    [[ -n $prev_desc ]] && echo "previous	$prev_desc"
     echo "cpu	$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
     echo "memory	$(free -g | awk '/^Mem:/ {print $2}') GiB"
     echo "kernel	$(uname -r)"

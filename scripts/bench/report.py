@@ -200,6 +200,50 @@ for scen, c, fk, base, ratio, lo, hi, cpu, tgt in summary:
         f"{f'{cpu:.1f}' if cpu is not None else '—'} |")
 throughput_table = "\n".join(lines)
 
+# --- against another build (bench.sh --baseline-rev) -----------------------------------
+# Side "previous" is REV's fencekeeper, run in the same rounds right beside this build.
+# Each round gives this build's rate ÷ REV's; the ratios to the baseline of both builds
+# come from the same baseline run of that round.
+previous = meta.get("previous", "")
+previous_table = ""
+if previous:
+    lines = []
+    out = lines.append
+    out(f"| id | clients | this build | {previous} | this ÷ {previous} (median) | range "
+        f"| this build ÷ baseline (median) | {previous} ÷ baseline (median) |")
+    out("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for scen in "PFSH":
+        for c in sorted(data.get(scen, {})):
+            rounds = data[scen][c]
+            both = [v for v in rounds.values() if "fencekeeper" in v and "previous" in v
+                    and v["previous"][0] > 0]
+            if not both:
+                continue
+            rel = [v["fencekeeper"][0] / v["previous"][0] for v in both]
+            usable = [(rnd, v) for rnd, v in rounds.items() if "baseline" in v
+                      and v["baseline"][0] > 0 and (scen, c, rnd) not in collapsed]
+
+            def over_base(side):
+                r = [v[side][0] / v["baseline"][0] for _, v in usable if side in v]
+                return f"{statistics.median(r):.2f}" if r else "—"
+
+            out(f"| {scen} | {c} | "
+                f"{fmt_rate(statistics.median(v['fencekeeper'][0] for v in both))} {UNIT[scen]} | "
+                f"{fmt_rate(statistics.median(v['previous'][0] for v in both))} {UNIT[scen]} | "
+                f"**{statistics.median(rel):.3f}** | {min(rel):.3f}–{max(rel):.3f} | "
+                f"{over_base('fencekeeper')} | {over_base('previous')} |")
+    previous_table = "\n".join(lines)
+previous_text = f"""
+### Against the build of {previous}
+
+`--baseline-rev` ran {previous}'s fencekeeper beside this build in every round, the two
+right after each other in alternating order: this build's rate ÷ {previous}'s, per round,
+median and range over the rounds. The spread of that ratio over rounds is the noise
+floor of a comparison on this machine at this moment.
+
+{previous_table}
+""" if previous_table else ""
+
 
 def median_of(vals):
     vals = [v for v in vals if v is not None]
@@ -441,7 +485,8 @@ for (scen, c, side), rs in sorted(sides.items(), key=lambda kv: (kv[0][0], int(k
         if side == "baseline" and (scen, int(c), str(rnd)) in collapsed:
             continue  # reported above, as a collapse
         if med > 0 and not 0.4 <= rate / med <= 2.5:
-            name = "fencekeeper" if side == "fencekeeper" else BASELINE[scen].replace("`", "")
+            name = {"fencekeeper": "fencekeeper", "previous": f"fencekeeper {previous}"}.get(
+                side, BASELINE[scen].replace("`", ""))
             problems.append(f"{scen} c={c} round {rnd}: {name} ran at {rate:,.0f}/s, "
                             f"{rate / med:.0%} of its median over the rounds ({med:,.0f}/s): "
                             f"something else slowed that round, so its {scen} ratio at {c} "
@@ -535,6 +580,16 @@ Rerun with one command (root, Debian 12; installs what is missing):
 `bash scripts/bench.sh --quick` is a ~3 minute smoke run (1 round, 3 s per measurement,
 50k locks) that writes its report to `build-bench/bench-results-quick/` and leaves `docs/` alone.
 
+To tell whether a change moved these figures, compare it with another build in the same
+run: `bash scripts/bench.sh --baseline-rev REV` (with `--only "S H"`, `--quick` and the
+other options as usual) also builds REV's fencekeeper from `git archive REV` into
+`build-bench/prev-src` and runs it right beside this build in every round, for every
+chosen scenario and client count, the two in alternating order. The report then adds a
+table of this build's throughput ÷ REV's per scenario and client count (median and range
+over the rounds) beside both builds' ratios to the baseline. Rates measured minutes apart
+on a shared machine differ by more than most changes do; two builds measured in the same
+round do not share that error. Latency and memory runs use this build only.
+
 ## This run
 
 | | |
@@ -562,7 +617,7 @@ so it also holds that server's background work (WAL writer, checkpointer, autova
 
 {db_table}
 {ceiling_text}
-
+{previous_text}
 ![throughput vs client connections](bench-throughput.png)
 
 ## Latency at 70% of peak (open loop), peak RSS
@@ -720,6 +775,9 @@ with open(md_path, "w") as f:
 print()
 print(throughput_table)
 print()
+if previous_table:
+    print(previous_table)
+    print()
 print(db_table)
 if ceiling_text:
     print(ceiling_text)

@@ -19,6 +19,8 @@ import socket
 import threading
 import time
 
+from prometheus_client.parser import text_string_to_metric_families
+
 import fk
 from fk import CheckFailed, check, eq, expect_error, expect_status
 
@@ -30,108 +32,38 @@ LOG_SETTLE = 0.3
 
 
 # ---------------------------------------------------------------------------
-# A strict parser for the Prometheus text exposition format 0.0.4
+# The Prometheus text exposition format 0.0.4: prometheus_client's parser (Debian's
+# python3-prometheus-client) reads it; parse_exposition adds the checks that parser leaves
+# out and that Prometheus or our own docs promise.
 # ---------------------------------------------------------------------------
 
-NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
-SAMPLE_RE = re.compile(r"^(%s)(\{(.*)\})? (\S+)( -?\d+)?$" % NAME)
-LABEL_RE = re.compile(r'(%s)="((?:[^"\\\n]|\\[\\"n])*)"' % LABEL_NAME)
-TYPES = {"counter", "gauge", "histogram", "summary", "untyped"}
-
-
-def parse_value(text, where):
-    if text in ("+Inf", "Inf"):
-        return math.inf
-    if text == "-Inf":
-        return -math.inf
-    if text == "NaN":
-        return math.nan
-    if not re.match(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$", text):
-        raise CheckFailed("%s: bad sample value %r" % (where, text))
-    return float(text)
-
-
-def parse_labels(text, where):
-    labels = {}
-    pos = 0
-    while pos < len(text):
-        m = LABEL_RE.match(text, pos)
-        if not m:
-            raise CheckFailed("%s: bad label syntax at %r" % (where, text[pos:]))
-        name = m.group(1)
-        if name in labels:
-            raise CheckFailed("%s: label %s given twice" % (where, name))
-        labels[name] = m.group(2).replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-        pos = m.end()
-        if pos < len(text):
-            if text[pos] != ",":
-                raise CheckFailed("%s: expected ',' in labels at %r" % (where, text[pos:]))
-            pos += 1
-    return labels
-
-
-def family_of(sample_name, families):
-    if sample_name in families:
-        return sample_name
-    for suffix in ("_bucket", "_sum", "_count"):
-        if sample_name.endswith(suffix):
-            base = sample_name[: -len(suffix)]
-            if families.get(base, {}).get("type") == "histogram":
-                return base
-    return None
-
-
 def parse_exposition(text):
-    """Parses `text` line by line and checks it: HELP and TYPE syntax, each at most once
-    per family and before its samples; sample syntax; every sample belongs to a declared
-    family; a family's samples are contiguous; no (name, labels) pair twice; histograms
-    have ascending `le`, cumulative buckets, +Inf == _count, and a _sum. Returns
-    {(name, frozenset(labels.items())): value} and the families."""
+    """Parses `text` with prometheus_client and checks what that parser lets through: a
+    final newline; every family has a TYPE and a HELP (a sample without its TYPE comes back
+    as an "unknown" family); a family's samples are contiguous (else it comes back twice);
+    no (name, labels) pair twice; no negative counter; histograms have ascending `le`,
+    cumulative buckets, +Inf == _count, and a _sum. Returns
+    {(name, frozenset(labels.items())): value} and {family name: type}."""
     check(text.endswith("\n"), "exposition does not end with a newline")
+    try:
+        parsed = list(text_string_to_metric_families(text))
+    except ValueError as e:
+        raise CheckFailed("exposition does not parse: %s" % e)
     families = {}
     samples = {}
-    order = []          # families in the order their samples appeared
-    for i, line in enumerate(text[:-1].split("\n"), 1):
-        where = "line %d %r" % (i, line[:100])
-        check(line != "", "%s: empty line" % where)
-        if line.startswith("# HELP ") or line.startswith("# TYPE "):
-            kind, rest = line[2:6], line[7:]
-            name, _, arg = rest.partition(" ")
-            check(re.match("^%s$" % NAME, name), "%s: bad metric name" % where)
-            fam = families.setdefault(name, {"type": None, "help": None})
-            check(not order or order[-1] != name or kind == "HELP" and fam["help"] is None,
-                  "%s: %s after samples" % (where, kind))
-            check(name not in order, "%s: %s after the family's samples" % (where, kind))
-            if kind == "HELP":
-                check(fam["help"] is None, "%s: HELP given twice" % where)
-                check(arg, "%s: empty HELP" % where)
-                fam["help"] = arg
-            else:
-                check(fam["type"] is None, "%s: TYPE given twice" % where)
-                check(arg in TYPES, "%s: unknown TYPE %r" % (where, arg))
-                fam["type"] = arg
-            continue
-        if line.startswith("#"):
-            continue
-        m = SAMPLE_RE.match(line)
-        check(m, "%s: bad sample syntax" % where)
-        name, labels = m.group(1), parse_labels(m.group(3) or "", where)
-        value = parse_value(m.group(4), where)
-        fam = family_of(name, families)
-        check(fam is not None and families[fam]["type"], "%s: sample without a TYPE" % where)
-        if not order or order[-1] != fam:
-            check(fam not in order, "%s: samples of %s are not contiguous" % (where, fam))
-            order.append(fam)
-        key = (name, frozenset(labels.items()))
-        check(key not in samples, "%s: series given twice" % where)
-        samples[key] = value
-        if families[fam]["type"] == "counter":
-            check(value >= 0 and not math.isnan(value), "%s: negative counter" % where)
-    for fam, info in families.items():
-        check(info["type"] and info["help"], "family %s lacks TYPE or HELP" % fam)
-        if info["type"] == "histogram":
-            check_histogram(fam, samples)
+    for fam in parsed:
+        check(fam.name not in families, "family %s appears twice (split)" % fam.name)
+        check(fam.type != "unknown", "family %s has no TYPE" % fam.name)
+        check(fam.documentation, "family %s has no HELP" % fam.name)
+        families[fam.name] = fam.type
+        for s in fam.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            check(key not in samples, "series %s%s given twice" % (s.name, s.labels))
+            samples[key] = s.value
+            if fam.type == "counter":
+                check(s.value >= 0, "negative counter %s%s" % (s.name, s.labels))
+        if fam.type == "histogram":
+            check_histogram(fam.name, samples)
     return samples, families
 
 
@@ -142,7 +74,7 @@ def check_histogram(fam, samples):
             d = dict(labels)
             le = d.pop("le", None)
             check(le is not None, "%s_bucket without le" % fam)
-            series.setdefault(frozenset(d.items()), []).append((parse_value(le, fam), value))
+            series.setdefault(frozenset(d.items()), []).append((float(le), value))
     check(series, "histogram %s has no buckets" % fam)
     for labels, buckets in series.items():
         les = [le for le, _ in buckets]
@@ -189,9 +121,12 @@ def test_exposition_parser_rejects_bad_input():
         good.replace("h_count 2", "h_count 3"),                     # +Inf != count
         good.replace('h_bucket{le="1"} 1', 'h_bucket{le="1"} 5'),   # not cumulative
         good.replace("# TYPE x_total counter\n", ""),               # no TYPE
+        good.replace("# HELP x_total X.\n", ""),                    # no HELP
         good.replace('{a="1"}', '{a=1}'),                           # unquoted label
-        good.replace("x_total{a=\"1\"} 3", "x_total{a=\"1\"}  3"),   # two spaces
-        good + "x_total{a=\"1\"} 4\n",                              # not contiguous + dup
+        good.replace("3.5", "3.5.1"),                               # bad value
+        good + "x_total{a=\"1\"} 4\n",                              # not contiguous
+        good.replace('x_total{a="1"} 3', 'x_total{a="1"} 3\nx_total{a="1"} 4'),  # dup
+        good.replace('x_total{a="1"} 3', 'x_total{a="1"} -3'),     # negative counter
         good.replace("h_sum 3.5\n", ""),                            # no _sum
         good[:-1],                                                  # no final newline
     ]
