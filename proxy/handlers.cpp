@@ -397,6 +397,14 @@ net::thread_pool& parse_pool() {
     return pool;
 }
 
+} // namespace
+
+void join_parse_thread() {
+    parse_pool().join();
+}
+
+namespace {
+
 // `body` and `name` outlive the call (the awaiting request owns them).
 net::awaitable<detail::operation_params>
 parse_params(std::string_view body, std::optional<std::size_t> takes, std::string_view name) {
