@@ -11,8 +11,9 @@
 // (open routes take none; a declared length over max_body_bytes is 413), then a
 // process-wide in-flight permit (503 + Retry-After when none is left, before the body is
 // read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes).
-// Then the body (chunk-size lines and the trailer section bounded by max_header_bytes; a
-// non-empty trailer section is refused), the handler and the response. A connection
+// Then the body (a chunk-size line or trailer section held incomplete is bounded by
+// max_header_bytes, see request_feed.hpp; a non-empty trailer section is refused), the
+// handler and the response. A connection
 // serves one request at a time: its in-flight count is at most 1 by construction.
 //
 // The loop is one template over the transport, basic_session<Stream>: production runs it
