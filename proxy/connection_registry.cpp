@@ -1,12 +1,10 @@
 #include "proxy/connection_registry.hpp"
 
-#include "proxy/session.hpp"
-
 #include <utility>
 
 namespace fk::proxy {
 
-std::uint64_t connection_registry::add(const std::shared_ptr<session>& s) {
+std::uint64_t connection_registry::add(const std::shared_ptr<drainable>& s) {
     std::lock_guard lock{mu_};
     if (draining_)
         return 0;
@@ -43,8 +41,8 @@ void connection_registry::forget_on_empty() {
     on_empty_ = nullptr;
 }
 
-std::vector<std::shared_ptr<session>> connection_registry::snapshot() const {
-    std::vector<std::shared_ptr<session>> out;
+std::vector<std::shared_ptr<drainable>> connection_registry::snapshot() const {
+    std::vector<std::shared_ptr<drainable>> out;
     std::lock_guard lock{mu_};
     out.reserve(sessions_.size());
     for (const auto& [id, weak] : sessions_)

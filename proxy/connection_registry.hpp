@@ -13,12 +13,20 @@
 
 namespace fk::proxy {
 
-class session;
+// What the registry asks of an open connection (proxy/session.hpp implements it).
+class drainable {
+public:
+    virtual ~drainable() = default;
+    // Thread-safe. Stop after the request in flight; an idle connection closes at once.
+    virtual void drain() = 0;
+    // Thread-safe. Close now, whatever is in flight.
+    virtual void close() = 0;
+};
 
 class connection_registry {
 public:
     // Registers a session; 0 when draining (the caller closes the connection at once).
-    std::uint64_t add(const std::shared_ptr<session>& s);
+    std::uint64_t add(const std::shared_ptr<drainable>& s);
     void remove(std::uint64_t id);
     std::size_t size() const;
 
@@ -34,10 +42,10 @@ public:
     void close_all();
 
 private:
-    std::vector<std::shared_ptr<session>> snapshot() const;
+    std::vector<std::shared_ptr<drainable>> snapshot() const;
 
     mutable std::mutex mu_;
-    std::unordered_map<std::uint64_t, std::weak_ptr<session>> sessions_;
+    std::unordered_map<std::uint64_t, std::weak_ptr<drainable>> sessions_;
     std::uint64_t next_id_ = 1;
     bool draining_ = false;
     std::function<void()> on_empty_;

@@ -11,13 +11,22 @@
 // (open routes take none; a declared length over max_body_bytes is 413), then a
 // process-wide in-flight permit (503 + Retry-After when none is left, before the body is
 // read, so that bodies in memory are bounded by max_inflight_requests × max_body_bytes).
-// Then the body (chunk-size lines and the trailer section bounded by max_header_bytes; a
-// non-empty trailer section is refused), the handler and the response. A connection
+// Then the body (a chunk-size line or trailer section held incomplete is bounded by
+// max_header_bytes, see request_feed.hpp; a non-empty trailer section is refused), the
+// handler and the response. A connection
 // serves one request at a time: its in-flight count is at most 1 by construction.
+//
+// The loop is one template over the transport, basic_session<Stream>: production runs it
+// over beast::tcp_stream (`session`, instantiated once, in session.cpp), and
+// tests/unit/proxy_session_test.cpp over Beast's in-memory test stream with failure
+// injection. What differs between transports (deadlines, half-close, close, the peer's
+// name) goes through session_transport<Stream>; the member definitions are in
+// proxy/detail/session_impl.hpp, included only where an instantiation is made.
 
 #include "backends/net.hpp"
 #include "backends/store.hpp"
 #include "config/settings.hpp"
+#include "proxy/connection_registry.hpp"
 #include "proxy/detail/request_feed.hpp"
 #include "proxy/handlers.hpp"
 #include "proxy/metrics.hpp"
@@ -34,11 +43,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace fk::proxy {
 
 class authenticator;
-class connection_registry;
 
 // What every session shares. All of it must outlive every session (main owns it).
 struct session_services {
@@ -50,30 +59,53 @@ struct session_services {
     limiter& inflight;    // requests being served, process-wide (limits.max_inflight_requests)
 };
 
-class session : public std::enable_shared_from_this<session> {
+// The customisation point: what the session needs of a transport beyond
+// async_read_some / async_write_some. A specialisation provides, as static functions:
+//   expires_after(Stream&, duration)   a deadline for the reads and writes that follow
+//   expires_never(Stream&)             none (while the handler runs)
+//   cancel(Stream&)                    end a pending read now (drain of an idle connection)
+//   shutdown_send(Stream&, error_code&) half-close: the peer sees the end of the response
+//   close(Stream&)                     close both directions now; pending operations end
+//   peer(Stream&) -> std::string       the client's address, for logs
+// All are called on the stream's executor.
+template <class Stream> struct session_transport;
+
+template <> struct session_transport<beast::tcp_stream> {
+    static void expires_after(beast::tcp_stream& s, std::chrono::steady_clock::duration d);
+    static void expires_never(beast::tcp_stream& s);
+    static void cancel(beast::tcp_stream& s);
+    static void shutdown_send(beast::tcp_stream& s, beast::error_code& ec);
+    static void close(beast::tcp_stream& s);
+    static std::string peer(beast::tcp_stream& s);
+};
+
+template <class Stream>
+class basic_session : public drainable, public std::enable_shared_from_this<basic_session<Stream>> {
 public:
-    // `socket`'s executor must serialise its handlers (a strand, or an io_context run by
+    // `stream`'s executor must serialise its handlers (a strand, or an io_context run by
     // exactly one thread): run(), drain() and close() all use it.
     // `connection` is the max_connections permit this connection holds until it closes.
-    session(net::ip::tcp::socket socket, const session_services& services,
-            std::shared_ptr<connection_registry> registry, limiter::permit connection);
-    session(const session&) = delete;
-    session& operator=(const session&) = delete;
+    basic_session(Stream stream, const session_services& services,
+                  std::shared_ptr<connection_registry> registry, limiter::permit connection);
+    basic_session(const basic_session&) = delete;
+    basic_session& operator=(const basic_session&) = delete;
 
     // Serves the connection until the client closes it, a deadline passes, an error
-    // that ends the connection, or a drain. Spawn it on the socket's executor.
+    // that ends the connection, or a drain. Spawn it on the stream's executor.
     net::awaitable<void> run();
 
     // Thread-safe. Stops after the request in flight (its response says
     // Connection: close); a connection waiting for its next request closes at once.
-    void drain();
-    // Thread-safe. Closes the socket now, whatever is in flight.
-    void close();
+    void drain() override;
+    // Thread-safe. Closes the connection now, whatever is in flight.
+    void close() override;
 
     const std::string& peer() const noexcept { return peer_; }
     net::any_io_executor executor() { return stream_.get_executor(); }
 
 private:
+    using transport = session_transport<Stream>;
+
     net::awaitable<void> serve();
     net::awaitable<bool> wait_for_request();
     net::awaitable<beast::error_code> read_until(detail::request_parser& parser,
@@ -95,7 +127,7 @@ private:
     net::awaitable<bool> send(response& res, route r, time_point started);
     net::awaitable<void> linger_close();
 
-    beast::tcp_stream stream_;
+    Stream stream_;
     beast::flat_buffer buffer_;
     session_services services_;
     const config::settings& settings_;
@@ -104,10 +136,20 @@ private:
     metrics::gauge_guard open_gauge_;
     std::string peer_;
     std::string head_; // the serialised response head, reused across requests
-    // Only touched on the socket's executor.
+    // Only touched on the stream's executor.
     bool idle_ = false;     // waiting for the first byte of a request
     bool draining_ = false; // finish the current request, then close
     bool closed_ = false;
+};
+
+// Compiled once, in session.cpp.
+extern template class basic_session<beast::tcp_stream>;
+
+// A connection accepted by the server.
+class session final : public basic_session<beast::tcp_stream> {
+public:
+    session(net::ip::tcp::socket socket, const session_services& services,
+            std::shared_ptr<connection_registry> registry, limiter::permit connection);
 };
 
 } // namespace fk::proxy

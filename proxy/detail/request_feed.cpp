@@ -17,6 +17,13 @@ bool phase_done(const request_parser& parser, feed_phase phase) {
 
 beast::error_code feed(request_parser& parser, beast::flat_buffer& buffer, feed_phase phase,
                        std::size_t limit, feed_progress& progress) {
+    // In the body phase each put() takes one piece: a run of body data, one chunk-size
+    // line (with the previous chunk's CRLF), or the last chunk with the trailer section.
+    // What a piece takes beyond the body's growth is framing, bounded whether it arrived
+    // in one read or in many.
+    if (phase == feed_phase::body)
+        parser.eager(false);
+    constexpr std::size_t framing_slack = 4; // the CRLFs around a chunk-size line
     for (;;) {
         if (phase_done(parser, phase))
             return {};
@@ -24,6 +31,7 @@ beast::error_code feed(request_parser& parser, beast::flat_buffer& buffer, feed_
             return http::error::need_more;
         beast::error_code ec;
         std::size_t used = 0;
+        const std::size_t body_before = parser.get().body().size();
         try {
             used = parser.put(buffer.data(), ec);
         } catch (const std::exception&) {
@@ -34,6 +42,10 @@ beast::error_code feed(request_parser& parser, beast::flat_buffer& buffer, feed_
         if (phase == feed_phase::head) {
             progress.head_bytes += used;
             if (progress.head_bytes > limit)
+                return http::error::header_limit;
+        } else {
+            const std::size_t body_grew = parser.get().body().size() - body_before;
+            if (used > body_grew && used - body_grew > limit + framing_slack)
                 return http::error::header_limit;
         }
         if (phase_done(parser, phase))

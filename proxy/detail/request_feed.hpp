@@ -6,8 +6,9 @@
 // What Beast's parser leaves unbounded and this bounds, each by the header limit:
 // - the head as a whole (Beast's header_limit bounds each parse window, not the total of
 //   a head that arrives in pieces);
-// - an incomplete chunk-size line (with its extensions) or trailer section waiting in
-//   the buffer: Beast buffers either until its end arrives, however long.
+// - a chunk-size line (with its extensions) or trailer section, whether it waits
+//   incomplete in the buffer (Beast buffers either until its end arrives, however long)
+//   or arrives whole in one read.
 // And it never throws: Beast's fields container throws for a field over 64 KiB, which a
 // configured header limit above that lets through; that becomes header_limit too.
 
@@ -26,7 +27,7 @@ using request_parser = http::request_parser<http::string_body>;
 
 enum class feed_phase {
     head, // until the header is done (the parser is not eager: no body byte is taken)
-    body, // until the message is done
+    body, // until the message is done (feed() parses it one piece at a time: not eager)
 };
 
 // Per request: what has been consumed so far.

@@ -399,7 +399,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         FK_FUZZ_CHECK(!proxy::framing_problem(head));
         if (body_follows) {
             parser.body_limit(static_cast<std::uint64_t>(settings.http.max_body_bytes));
-            parser.eager(true);
             const auto head_fields = proxy::detail::field_count(parser.get());
             ec = proxy::detail::feed(parser, buffer, proxy::detail::feed_phase::body, limit,
                                      progress);
