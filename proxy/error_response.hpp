@@ -1,6 +1,6 @@
 #pragma once
 // The one place that turns an fk::errc into an HTTP status and a JSON error body
-// (CONTRACT §5): {"error": CODE, "message": TEXT, ...fields}. Every other part of the
+// (docs/api.md#errors): {"error": CODE, "message": TEXT, ...fields}. Every other part of the
 // proxy reports failures as errc values and calls this.
 
 #include "backends/net.hpp"

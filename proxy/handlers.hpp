@@ -1,5 +1,5 @@
 #pragma once
-// The request handlers (CONTRACT §4): one request in, one response out, against a store.
+// The request handlers (docs/api.md#routes): one request in, one response out, against a store.
 // No sockets here: the session reads and writes, so the handlers are unit-tested by
 // calling handle_request in an io_context.
 

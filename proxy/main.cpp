@@ -1,5 +1,5 @@
 // fencekeeper: parse the command line, open the store, serve HTTP until SIGTERM/SIGINT,
-// drain, stop the store, exit 0 (CONTRACT §7). SIGHUP re-reads the auth token and the log
+// drain, stop the store, exit 0 (docs/operations.md, "Lifecycle and signals"). SIGHUP re-reads the auth token and the log
 // level; --check-config validates and exits.
 
 #include "backends/make_store.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// Prometheus metrics (CONTRACT §6, issue 5): a fixed set of counters, gauges and
+// Prometheus metrics (docs/operations.md, "Metrics reference"): a fixed set of counters, gauges and
 // histograms whose labels come from small enums, so no label ever names a key or a lock
 // and the set of series is bounded at compile time.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Admission limits (issue 5): a bounded number of open connections and of requests being
+// Admission limits (docs/operations.md, "Limits and overload"): a bounded number of open connections and of requests being
 // served at once, so that overload turns into fast refusals (connection closed at accept,
 // 503 unavailable + Retry-After) instead of unbounded memory and latency.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The checks of a parsed configuration that need more than the parser (issue 5): the
+// The checks of a parsed configuration that need more than the parser (docs/operations.md, "Lifecycle and signals"): the
 // store URL, the auth token (file or environment). What `fencekeeper --check-config`
 // reports, and what the server refuses to start without. Nothing here opens the store or
 // binds a socket.

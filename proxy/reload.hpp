@@ -1,5 +1,5 @@
 #pragma once
-// SIGHUP (issue 5): re-read the auth token and the log level without touching listeners,
+// SIGHUP (docs/operations.md, "Lifecycle and signals"): re-read the auth token and the log level without touching listeners,
 // connections or requests in flight.
 
 #include <string>

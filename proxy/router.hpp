@@ -1,5 +1,5 @@
 #pragma once
-// Request routing (CONTRACT §4) as a pure function of method and target: no I/O, no
+// Request routing (docs/api.md#routes) as a pure function of method and target: no I/O, no
 // allocation beyond the decoded names, so every route, every 405 and every bad name is
 // unit-tested without a server.
 

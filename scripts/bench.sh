@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The side-by-side benchmark of issue 6. One command on a fresh Debian 12, as root:
+# The side-by-side benchmark (docs/benchmarks.md). One command on a fresh Debian 12, as root:
 #
 #   bash scripts/bench.sh                full run: 3 rounds, 10 s per measurement (~20 min
 #                                        on 2 cores); writes docs/benchmarks.md and

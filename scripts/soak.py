@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak driver for scripts/soak.sh (issue 7, item 6). Not part of CI.
+"""Soak driver for scripts/soak.sh (docs/reliability.md). Not part of CI.
 
 Two fencekeepers on file stores (or one database with --store postgresql://...):
 

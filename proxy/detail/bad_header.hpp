@@ -1,7 +1,7 @@
 #pragma once
 // Beast's parser refuses a header value with control characters as a whole request
 // ("bad value"). When that value is one of ours, the contract names the error:
-// Fencing-Token → invalid_token, Fencing-Lock → invalid_name (CONTRACT §3).
+// Fencing-Token → invalid_token, Fencing-Lock → invalid_name (docs/api.md#tokens, #names).
 
 #include "fence/error.hpp"
 

@@ -565,8 +565,8 @@ else:
 
 doc = f"""# Benchmarks
 
-fencekeeper against what a client would get without it, measured side by side in one run
-(issue 6). The machines these runs happen on are shared and noisy, so absolute rates are
+fencekeeper against what a client would get without it, measured side by side in one run.
+The machines these runs happen on are shared and noisy, so absolute rates are
 context only: what counts is the **ratio** of fencekeeper to its baseline, measured
 interleaved (fencekeeper, baseline, fencekeeper, baseline, ... over {meta.get('rounds')}
 rounds) and reported as the **median of the per-round ratios**.
@@ -755,7 +755,7 @@ synthetic results.
   answered `409 stale_token` (the run checks that every answer is non-2xx). nginx gets the
   same requests and answers `return 409` with a JSON body of similar size, access log off.
   fencekeeper runs at its default log level, so it also writes its one JSON log line per
-  rejected write (CONTRACT §7) to a file.
+  rejected write (docs/operations.md, "Logs") to a file.
 - **H**: `wrk` `GET /healthz` against fencekeeper and against nginx `return 204` with
   `worker_processes {meta.get('threads')}` (= fencekeeper's threads), access log off,
   unlimited keep-alive requests.

@@ -119,7 +119,7 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(v["H ratio at 32 clients ≥ 0.6"], ("0.67", "**PASS**"))
 
     def test_quick_run_with_pgbench_collapsed_at_128_is_invalid(self):
-        # The --quick round of issue 29: pgbench ran at 59 transactions/s at 128 clients.
+        # A --quick round seen in practice: pgbench ran at 59 transactions/s at 128 clients.
         rows = replace(normal_rows(scens="P"), "P", 128, 1, "baseline", 59)
         rows = replace(rows, "P", 128, 1, "fencekeeper", 15549)
         r = Report(rows, normal_ceiling())

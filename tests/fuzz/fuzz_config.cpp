@@ -1,4 +1,4 @@
-// Fuzzes the JSON config parser and the command line (CONTRACT §7). Neither may crash or
+// Fuzzes the JSON config parser and the command line (docs/configuration.md). Neither may crash or
 // let an exception out; an accepted config must hold only values the rest of the program
 // can live with (every limit in its documented range), a rejected one must leave the
 // settings untouched and say why on one line, and a flag must override the file.

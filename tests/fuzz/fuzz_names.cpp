@@ -1,4 +1,4 @@
-// Fuzzes percent-decoding and key / lock-name validation (CONTRACT §3) against an
+// Fuzzes percent-decoding and key / lock-name validation (docs/api.md#names) against an
 // oracle written from the contract's wording. The properties that matter most: an
 // accepted key has no empty, "." or ".." segment, no control character, is valid UTF-8
 // and at most 1024 bytes, and so can never name a path outside the store's root.

@@ -3,7 +3,7 @@
 // in-memory store. Several pipelined requests share one store, so the fuzzer can build
 // up fences and keys and then attack them.
 //
-// Besides "never crash", it checks CONTRACT §2 and §5 on every response:
+// Besides "never crash", it checks docs/api.md#the-fence-rule and #errors on every response:
 // - a write (PUT/DELETE resource, PUT fence, POST operation) answered 2xx was applied by
 //   the store with the token and lock the request named, never below the fence;
 // - a write answered with anything else left every key and fence it touched unchanged;
@@ -191,7 +191,7 @@ std::optional<write_request> write_of(const proxy::request& req) {
     return std::nullopt;
 }
 
-// The token the request carries, read from its headers the way CONTRACT §3 says.
+// The token the request carries, read from its headers the way docs/api.md#tokens says.
 fence::token_result token_in(const proxy::request& req) {
     auto first = [&](std::string_view field) {
         std::size_t count = 0;

@@ -1,4 +1,4 @@
-// Fuzzes the Fencing-Token parser (CONTRACT §3) against an independent oracle written
+// Fuzzes the Fencing-Token parser (docs/api.md#tokens) against an independent oracle written
 // from the contract's wording, so that both over-acceptance (a malformed token that
 // reaches the fence rule) and over-rejection (a valid token answered with 400) show up.
 

@@ -552,7 +552,7 @@ class Client:
                 self.close()
                 raise
 
-    # --- API helpers (CONTRACT §4) ---------------------------------------
+    # --- API helpers (docs/api.md#routes) ----------------------------------
     def put(self, key, body=b"", token=None, lock=None, content_type=None, headers=None):
         h = {}
         if token is not None:
@@ -1114,7 +1114,7 @@ def read_state(proxy, keys=(), locks=()):
 # ---------------------------------------------------------------------------
 
 def expect_error(resp, status, code, what=""):
-    """Asserts an error response per CONTRACT §5: status, JSON body with error=code and
+    """Asserts an error response per docs/api.md#errors: status, JSON body with error=code and
     a string message, Content-Type application/json. Returns the parsed body."""
     prefix = (what + ": ") if what else ""
     if resp.status != status:

@@ -1,4 +1,4 @@
-"""Shared pieces of the robustness tests (issue 7): a concurrent load generator that
+"""Shared pieces of the robustness tests: a concurrent load generator that
 records every operation in an fk.History, unique self-describing bodies, and file-store
 disk inspection (temp files, bodies as stored on disk).
 

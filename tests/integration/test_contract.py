@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CONTRACT.md checked through the real binary over real sockets, once per store
+"""The HTTP contract (docs/api.md) checked through the real binary over real sockets, once per store
 (file always; Postgres when FK_TEST_PG_URL is set). Run directly or via ctest:
 
     FENCEKEEPER_BIN=build/fencekeeper python3 tests/integration/test_contract.py [FILTER]
@@ -266,7 +266,7 @@ def test_conditional_writes(store):
 
 
 # ---------------------------------------------------------------------------
-# Tokens and names (CONTRACT §3)
+# Tokens and names (docs/api.md#tokens, #names)
 # ---------------------------------------------------------------------------
 
 BAD_TOKENS = ["", "+5", "-1", "0x2A", "1e3", "007", "00", "4 2", "5,6", "9223372036854775808",

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Operability (issue 5, CONTRACT §6–§7): metrics, auth, SIGHUP, overload, memory, SIGTERM
+"""Operability (docs/operations.md): metrics, auth, SIGHUP, overload, memory, SIGTERM
 drain, --check-config and the non-loopback warning, against the real binary.
 
 Tests that take a `store` run on the file store and, when FK_TEST_PG_URL is set, on
 Postgres. Never sends traffic to a non-loopback address.
 
-Also the hostile inputs of named SQL operations (issue 29, Postgres only): numbers reach
+Also the hostile inputs of named SQL operations (Postgres only; docs/api.md#post-operation): numbers reach
 the database as written, bodies cost what the statement takes, database errors stay in
 the log unless an operation exposes them, duplicate keys are refused.
 

@@ -1,4 +1,4 @@
-"""Postgres group commit (issue 6): one batch statement holds stale and fresh writes side by
+"""Postgres group commit: one batch statement holds stale and fresh writes side by
 side, and every result is exactly what a lone statement would have answered.
 
 A proxy with one connection makes concurrent writes pile up into batches (while its only

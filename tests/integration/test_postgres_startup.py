@@ -1,4 +1,4 @@
-"""Postgres store: requests that arrive while the pool is connecting (issue 29, item 2).
+"""Postgres store: requests that arrive while the pool is connecting (docs/postgres.md, "Running").
 
 fencekeeper prints `listening on` before its pool has a connection. A request that
 arrives while a connection attempt is in progress waits for it and is then served; only

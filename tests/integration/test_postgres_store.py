@@ -1,4 +1,4 @@
-"""Postgres-only integration tests (issue 3): several fencekeepers on one database, named
+"""Postgres-only integration tests: several fencekeepers on one database, named
 SQL operations, Postgres stopped and restarted under load, kill -9 under load.
 
 Needs FK_TEST_PG_URL (exit 77 = skipped without it, unless FK_REQUIRE_SERVICES=1). The

@@ -1,4 +1,4 @@
-"""Disk faults in the file store (issue 7, item 3; docs/file-store.md "Failed state").
+"""Disk faults in the file store (docs/file-store.md "Failed state").
 
 fsync EIO, via the LD_PRELOAD shim tests/support/fsync_fault.c (libfk_fsync_fault.so, built
 next to the fencekeeper binary):

@@ -1,5 +1,5 @@
 """Crash the file store at every named failpoint under concurrent load, restart it without
-the failpoint, and check what survived (issue 7, item 1; docs/file-store.md "What a crash
+the failpoint, and check what survived (docs/file-store.md "What a crash
 leaves behind").
 
 For each failpoint the process is started with FK_FAILPOINT=name (dies at the first hit),

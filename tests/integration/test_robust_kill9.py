@@ -1,4 +1,4 @@
-"""kill -9 under load, on both stores (issue 7, item 2).
+"""kill -9 under load, on both stores (docs/reliability.md).
 
 Each cycle: 8 writer threads send puts, deletes and fence advances with random tokens
 (a quarter of them below the fence on purpose) on 3 locks guarding 6 keys; after a random

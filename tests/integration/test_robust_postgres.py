@@ -1,4 +1,4 @@
-"""Postgres faults under load (issue 7, item 4; docs/postgres.md "Failures").
+"""Postgres faults under load (docs/postgres.md "Failures").
 
 Each test starts its own private cluster (initdb in a temp dir, as the postgres user when
 run as root, like test_postgres_store.py) so it can kill backends, crash and pause the

@@ -1,4 +1,4 @@
-// The operations keys and flags of issue 5: auth_token_file / --auth-token-file,
+// The operations keys and flags (docs/configuration.md): auth_token_file / --auth-token-file,
 // limits.max_inflight_requests, --check-config.
 #include "config/parse.hpp"
 

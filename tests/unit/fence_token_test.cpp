@@ -24,7 +24,7 @@ TEST_CASE("surrounding whitespace is ignored") {
     CHECK(parse_token("  0  ").error == errc::ok);
 }
 
-TEST_CASE("every malformed form of CONTRACT section 3 is invalid_token") {
+TEST_CASE("every malformed token form of docs/api.md#tokens is invalid_token") {
     for (const char* bad : {"",
                             " ",
                             "\t",
