@@ -17,8 +17,10 @@
 // trailers), so what reaches the handler is what a real connection would deliver.
 //
 // Input layout: byte 0 chooses a store failure to inject (bits 0-1: none, unavailable,
-// outcome_unknown, internal), the request it hits (bits 2-4) and whether auth is on
-// (bit 5, token "secret"); the rest is the bytes a client would send.
+// outcome_unknown, internal), the request it hits (bits 2-4), whether auth is on (bit 5,
+// token "secret") and whether the operation "touch" declares its parameter count (bit 6:
+// 2, so the parser stops at the third; else unknown, as before its first prepare); the
+// rest is the bytes a client would send.
 
 #include "config/logging.hpp"
 #include "config/settings.hpp"
@@ -112,6 +114,9 @@ public:
         co_return r;
     }
     bool supports_operations() const noexcept override { return inner_.supports_operations(); }
+    std::optional<std::size_t> operation_param_count(const std::string& name) const override {
+        return inner_.operation_param_count(name);
+    }
     net::awaitable<st::operation_result> run_operation(st::operation_request req) override {
         auto c = begin(call_kind::operation, {}, req.lock, req.token);
         auto r = co_await inner_.run_operation(std::move(req));
@@ -344,13 +349,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     const auto& settings = fuzz_settings();
     fk::test::memory_store memory;
-    memory.add_operation("touch", [](const st::operation_request& o) {
-        st::operation_result r;
-        r.token = o.token;
-        r.rows_affected = 1;
-        r.rows_json = "[{\"ok\":true}]";
-        return r;
-    });
+    memory.add_operation(
+        "touch",
+        [](const st::operation_request& o) {
+            st::operation_result r;
+            r.token = o.token;
+            r.rows_affected = 1;
+            r.rows_json = "[{\"ok\":true}]";
+            return r;
+        },
+        (data[0] & 0x40u) != 0 ? std::optional<std::size_t>{2} : std::nullopt);
     recording_store recorder(memory);
     proxy::handler_context ctx{recorder, settings, "fuzz", {}};
 
