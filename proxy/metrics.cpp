@@ -24,7 +24,7 @@ std::size_t route_index(route r) noexcept {
     return i < route_count ? i : static_cast<std::size_t>(route::not_found);
 }
 
-constexpr std::array<std::string_view, 4> write_result_names = {"applied", "stale",
+constexpr std::array<std::string_view, 4> write_outcome_names = {"applied", "stale",
                                                                 "precondition_failed", "error"};
 constexpr std::array<std::string_view, 7> store_op_names = {
     "put", "delete", "get", "fence_advance", "fence_read", "fence_list", "operation"};
@@ -252,7 +252,7 @@ struct alignas(64) metrics::shard {
     std::array<std::array<counter, code_slots>, route_count> requests{};
     std::array<duration_histogram, route_count> request_duration{};
     std::array<duration_histogram, store_op_names.size()> store_duration{};
-    std::array<counter, write_result_names.size()> writes{};
+    std::array<counter, write_outcome_names.size()> writes{};
     gap_histogram stale_gap{};
     std::array<counter, store_error_names.size()> store_errors{};
     counter lock_mismatch{0};
@@ -264,8 +264,8 @@ struct alignas(64) metrics::shard {
     counter inflight{0};
 };
 
-std::string_view to_string(write_result r) noexcept {
-    return write_result_names[static_cast<std::size_t>(r)];
+std::string_view to_string(write_outcome r) noexcept {
+    return write_outcome_names[static_cast<std::size_t>(r)];
 }
 std::string_view to_string(store_op op) noexcept {
     return store_op_names[static_cast<std::size_t>(op)];
@@ -274,16 +274,16 @@ std::string_view to_string(store_error e) noexcept {
     return store_error_names[static_cast<std::size_t>(e)];
 }
 
-write_result classify_write(errc e) noexcept {
+write_outcome classify_write(errc e) noexcept {
     switch (e) {
     case errc::ok:
-        return write_result::applied;
+        return write_outcome::applied;
     case errc::stale_token:
-        return write_result::stale;
+        return write_outcome::stale;
     case errc::precondition_failed:
-        return write_result::precondition_failed;
+        return write_outcome::precondition_failed;
     default:
-        return write_result::error;
+        return write_outcome::error;
     }
 }
 
@@ -306,7 +306,7 @@ void metrics::count_request(route r, unsigned status, std::chrono::nanoseconds d
     h.sum.fetch_add(ns, relaxed);
 }
 
-void metrics::count_write(write_result r) noexcept {
+void metrics::count_write(write_outcome r) noexcept {
     local().writes[static_cast<std::size_t>(r)].fetch_add(1, relaxed);
 }
 
@@ -425,7 +425,7 @@ std::string metrics::render() const {
     std::array<std::array<std::uint64_t, duration_buckets.size() + 1>, store_op_names.size()>
         store_buckets{};
     std::array<std::uint64_t, store_op_names.size()> store_sum{};
-    std::array<std::uint64_t, write_result_names.size()> writes{};
+    std::array<std::uint64_t, write_outcome_names.size()> writes{};
     std::array<std::uint64_t, gap_buckets.size() + 1> gap{};
     double gap_sum = 0;
     std::array<std::uint64_t, store_error_names.size()> store_errors{};
@@ -502,7 +502,7 @@ std::string metrics::render() const {
                   "Writes, deletes, fence advances and operations that reached the store, by "
                   "result; result=\"stale\" counts zombie writers caught by the fence.");
     for (std::size_t w = 0; w < writes.size(); ++w) {
-        append_series(out, "fencekeeper_writes_total", {{"result", write_result_names[w]}});
+        append_series(out, "fencekeeper_writes_total", {{"result", write_outcome_names[w]}});
         append_uint(out, writes[w]);
         out += '\n';
     }

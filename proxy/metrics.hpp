@@ -33,7 +33,7 @@ enum class route; // proxy/router.hpp
 // writes_total{result}. Every write, delete, fence advance and operation that reached
 // the store counts exactly once. Requests rejected before the store (bad token or name,
 // 401, 413, 428, shed) are not writes; they show in requests_total.
-enum class write_result : std::uint8_t {
+enum class write_outcome : std::uint8_t {
     applied,             // 2xx
     stale,               // 409 stale_token
     precondition_failed, // 412
@@ -55,13 +55,13 @@ enum class store_op : std::uint8_t {
 // store_errors_total{kind}
 enum class store_error : std::uint8_t { unavailable, outcome_unknown, internal };
 
-std::string_view to_string(write_result r) noexcept;
+std::string_view to_string(write_outcome r) noexcept;
 std::string_view to_string(store_op op) noexcept;
 std::string_view to_string(store_error e) noexcept;
 
 // The write result for a store call's errc: ok → applied, stale_token → stale,
 // precondition_failed → precondition_failed, anything else → error.
-write_result classify_write(errc e) noexcept;
+write_outcome classify_write(errc e) noexcept;
 
 class metrics {
 public:
@@ -79,13 +79,13 @@ public:
     // being handed to the socket.
     void count_request(route r, unsigned status, std::chrono::nanoseconds duration) noexcept;
 
-    // One write that reached the store (see write_result).
-    void count_write(write_result r) noexcept;
+    // One write that reached the store (see write_outcome).
+    void count_write(write_outcome r) noexcept;
     // Convenience for a store call's result: count_write(classify_write(e)), plus
     // lock_mismatch_total when e == lock_mismatch.
     void count_write(errc e) noexcept;
     // stale_token_gap: fence − token of a stale write (fence > token; a smaller fence is
-    // recorded as gap 0). Call together with count_write(write_result::stale).
+    // recorded as gap 0). Call together with count_write(write_outcome::stale).
     void observe_stale_gap(std::int64_t fence, std::int64_t token) noexcept;
     // Counted by count_write(errc::lock_mismatch); exposed for callers that classify
     // themselves.

@@ -19,7 +19,7 @@ using fk::proxy::metrics;
 using fk::proxy::route;
 using fk::proxy::store_error;
 using fk::proxy::store_op;
-using fk::proxy::write_result;
+using fk::proxy::write_outcome;
 
 namespace {
 
@@ -236,7 +236,7 @@ TEST_CASE("writes: a scripted sequence of results, stale gaps and lock mismatche
     metrics m;
     m.count_write(errc::ok);
     m.count_write(errc::ok);
-    m.count_write(write_result::applied);
+    m.count_write(write_outcome::applied);
     m.count_write(errc::stale_token);
     m.observe_stale_gap(10, 9);
     m.count_write(errc::stale_token);
