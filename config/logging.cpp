@@ -1,5 +1,7 @@
 #include "config/logging.hpp"
 
+#include "fence/utf8.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -202,44 +204,6 @@ private:
     std::string batch_;
 };
 
-// The length of the valid UTF-8 sequence starting at s[i], or the number of bytes to
-// skip (negated) when there is none: -1 for a byte that cannot start a sequence, -k when
-// a lead byte and k-1 continuation bytes were fine and the next byte was not (that byte
-// is looked at again, as nlohmann's decoder does) or the text ended.
-int utf8_sequence(std::string_view s, std::size_t i) noexcept {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    int len = 0;
-    unsigned char lo = 0x80, hi = 0xBF; // the range of the second byte
-    if (b0 < 0x80)
-        return 1;
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        len = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        len = 3;
-        if (b0 == 0xE0)
-            lo = 0xA0;
-        else if (b0 == 0xED)
-            hi = 0x9F;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        len = 4;
-        if (b0 == 0xF0)
-            lo = 0x90;
-        else if (b0 == 0xF4)
-            hi = 0x8F;
-    } else {
-        return -1;
-    }
-    for (int k = 1; k < len; ++k) {
-        if (i + static_cast<std::size_t>(k) >= s.size())
-            return -k;
-        const auto b = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
-        const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
-        if (b < min || b > max)
-            return -k;
-    }
-    return len;
-}
-
 void append_field(std::string& line, const field& f) {
     line += ',';
     append_json_string(line, f.key);
@@ -355,7 +319,8 @@ void append_json_string(std::string& out, std::string_view text) {
             ++i;
             continue;
         }
-        const int n = utf8_sequence(text, i);
+        // Invalid bytes are skipped by nlohmann's rule (see fence::utf8_step).
+        const int n = fence::decode_utf8(text, i).length;
         if (n > 0) {
             out.append(text.data() + i, static_cast<std::size_t>(n));
             i += static_cast<std::size_t>(n);
