@@ -1,5 +1,6 @@
 #include "config/logging.hpp"
 
+#include "fence/rfc3339.hpp"
 #include "fence/utf8.hpp"
 
 #include <nlohmann/json.hpp>
@@ -9,7 +10,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -24,39 +24,6 @@ std::atomic<level> g_level{level::info};
 // name with broken UTF-8.
 std::string dump(const nlohmann::json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-// Appends the RFC 3339 UTC time with milliseconds. The calendar part is formatted once
-// per second per thread.
-void append_rfc3339_millis(std::string& out, std::chrono::system_clock::time_point when) {
-    using namespace std::chrono;
-    const auto ms_since_epoch = duration_cast<milliseconds>(when.time_since_epoch()).count();
-    // Floor division so that instants before 1970 still format correctly.
-    auto secs = ms_since_epoch / 1000;
-    auto ms = ms_since_epoch % 1000;
-    if (ms < 0) {
-        ms += 1000;
-        secs -= 1;
-    }
-    thread_local long long cached_secs = -1;
-    thread_local char cached[48] = {};
-    thread_local int cached_len = 0;
-    if (secs != cached_secs || cached_len == 0) {
-        const std::time_t t = static_cast<std::time_t>(secs);
-        std::tm tm{};
-        gmtime_r(&t, &tm);
-        cached_len =
-            std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
-                          tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        if (cached_len < 0 || cached_len >= static_cast<int>(sizeof cached))
-            cached_len = 0;
-        cached_secs = secs;
-    }
-    out.append(cached, static_cast<std::size_t>(cached_len));
-    const char frac[5] = {'.', static_cast<char>('0' + ms / 100),
-                          static_cast<char>('0' + ms / 10 % 10), static_cast<char>('0' + ms % 10),
-                          'Z'};
-    out.append(frac, sizeof frac);
 }
 
 bool is_reserved(const std::string& key) {
@@ -227,7 +194,9 @@ void append_field(std::string& line, const field& f) {
 void append_head(std::string& line, level l, std::string_view msg,
                  std::chrono::system_clock::time_point when) {
     line += R"({"ts":")";
-    append_rfc3339_millis(line, when);
+    fence::append_rfc3339_ms(
+        line,
+        std::chrono::duration_cast<std::chrono::milliseconds>(when.time_since_epoch()).count());
     line += R"(","level":")";
     line += to_string(l);
     line += R"(","msg":)";
