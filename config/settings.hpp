@@ -3,7 +3,7 @@
 // (config/keys.hpp reads them from a default-constructed `settings`). Parsing and
 // validation live in config/parse.hpp; nothing here does I/O.
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -1,6 +1,6 @@
 #include "proxy/handlers.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "fence/names.hpp"
 #include "fence/rfc3339.hpp"
 #include "fence/token.hpp"

@@ -6,7 +6,7 @@
 #include "backends/postgres/fence_cache.hpp"
 #include "backends/postgres/result.hpp"
 #include "backends/postgres/sql.hpp"
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -20,7 +20,7 @@
 // outcome_unknown, internal), the request it hits (bits 2-4) and whether auth is on
 // (bit 5, token "secret"); the rest is the bytes a client would send.
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "config/settings.hpp"
 #include "fence/error.hpp"
 #include "fence/token.hpp"

@@ -1,4 +1,4 @@
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include "fence/rfc3339.hpp"
 #include "fence/utf8.hpp"
