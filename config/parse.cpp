@@ -1,7 +1,12 @@
+// The config file (its key table, config/keys.hpp, and the readers it is built from) and
+// the command line are parsed here together, ~800 lines: both apply the same value checks
+// (listen, store, log level, token file) with the same error wording, kept in one
+// anonymous namespace rather than exposed in a header for one other file.
 #include "config/parse.hpp"
 
 #include "config/json_depth.hpp"
 
+#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -12,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <system_error>
 
 namespace fk::config {
@@ -138,14 +144,6 @@ error read_number(const json& v, const std::string& path, std::int64_t lo, std::
     return std::nullopt;
 }
 
-error read_millis(const json& v, const std::string& path, millis& out) {
-    std::int64_t n = 0;
-    if (auto e = read_int(v, path, 1, max_timeout_ms, n))
-        return e;
-    out = millis{n};
-    return std::nullopt;
-}
-
 error read_string(const json& v, const std::string& path, std::string& out) {
     if (!v.is_string())
         return fail(path + ": expected a string, got " + type_name(v));
@@ -234,115 +232,6 @@ bool is_operation_name(std::string_view s) {
 
 // --- sections ---------------------------------------------------------------------------
 
-error apply_limits(const json& obj, const std::string& path, http_limits& out) {
-    if (auto e = expect_object(obj, path))
-        return e;
-    for (const auto& [key, v] : obj.items()) {
-        const std::string p = join(path, key);
-        error e;
-        if (key == "max_header_bytes")
-            e = read_number(v, p, min_header_bytes, max_header_bytes, out.max_header_bytes);
-        else if (key == "max_body_bytes")
-            e = read_number(v, p, 1, max_body_bytes, out.max_body_bytes);
-        else if (key == "header_timeout_ms")
-            e = read_millis(v, p, out.header_timeout);
-        else if (key == "idle_timeout_ms")
-            e = read_millis(v, p, out.idle_timeout);
-        else if (key == "body_timeout_ms")
-            e = read_millis(v, p, out.body_timeout);
-        else if (key == "write_timeout_ms")
-            e = read_millis(v, p, out.write_timeout);
-        else if (key == "max_connections")
-            e = read_number(v, p, 1, max_connections, out.max_connections);
-        else if (key == "max_inflight_requests")
-            e = read_number(v, p, 1, max_inflight_requests, out.max_inflight_requests);
-        else
-            e = unknown_key(p);
-        if (e)
-            return e;
-    }
-    return std::nullopt;
-}
-
-error apply_postgres(const json& obj, const std::string& path, postgres_settings& out) {
-    if (auto e = expect_object(obj, path))
-        return e;
-    for (const auto& [key, v] : obj.items()) {
-        const std::string p = join(path, key);
-        error e;
-        if (key == "schema") {
-            std::string schema;
-            e = read_string(v, p, schema);
-            if (!e && !is_sql_identifier(schema))
-                e = fail(p +
-                         ": expected a lower-case SQL identifier ([a-z_][a-z0-9_]*, at "
-                         "most 63 characters), got " +
-                         in_quotes(schema));
-            // PostgreSQL refuses to create schemas named pg_*.
-            else if (!e && schema.rfind("pg_", 0) == 0)
-                e = fail(p + ": the prefix 'pg_' is reserved by PostgreSQL, got " +
-                         in_quotes(schema));
-            if (!e)
-                out.schema = std::move(schema);
-        } else if (key == "pool_size") {
-            e = read_number(v, p, 0, max_pool_size, out.pool_size);
-        } else if (key == "queue_limit") {
-            e = read_number(v, p, 0, max_queue_limit, out.queue_limit);
-        } else if (key == "connect_timeout_ms") {
-            e = read_millis(v, p, out.connect_timeout);
-        } else if (key == "statement_timeout_ms") {
-            e = read_millis(v, p, out.statement_timeout);
-        } else if (key == "fence_cache_size") {
-            e = read_number(v, p, 1, max_fence_cache_size, out.fence_cache_size);
-        } else if (key == "batch_max") {
-            e = read_number(v, p, 1, max_batch_max, out.batch_max);
-        } else if (key == "batch_concurrency") {
-            e = read_number(v, p, 1, max_batch_concurrency, out.batch_concurrency);
-        } else if (key == "batch_overlap_ms") {
-            std::int64_t ms = 0;
-            e = read_number(v, p, 0, max_batch_overlap_ms, ms);
-            if (!e)
-                out.batch_overlap = millis(ms);
-        } else if (key == "far_round_trip_ms") {
-            std::int64_t ms = 0;
-            e = read_number(v, p, 0, max_far_round_trip_ms, ms);
-            if (!e)
-                out.far_round_trip = millis(ms);
-        } else {
-            e = unknown_key(p);
-        }
-        if (e)
-            return e;
-    }
-    return std::nullopt;
-}
-
-error apply_file(const json& obj, const std::string& path, file_settings& out) {
-    if (auto e = expect_object(obj, path))
-        return e;
-    for (const auto& [key, v] : obj.items()) {
-        const std::string p = join(path, key);
-        error e;
-        if (key == "flush") {
-            std::string text;
-            e = read_string(v, p, text);
-            if (!e && text == "syncfs")
-                out.flush = file_flush::syncfs;
-            else if (!e && text == "fsync")
-                out.flush = file_flush::fsync;
-            else if (!e)
-                e = fail(p + ": expected \"syncfs\" or \"fsync\", got " + in_quotes(text));
-        } else if (key == "io_threads") {
-            e = read_number(v, p, 1, max_file_io_threads, out.io_threads);
-        } else {
-            e = unknown_key(p);
-        }
-        if (e)
-            return e;
-    }
-    return std::nullopt;
-}
-
 error apply_operations(const json& obj, const std::string& path,
                        std::map<std::string, operation>& out) {
     if (auto e = expect_object(obj, path))
@@ -380,6 +269,219 @@ error apply_operations(const json& obj, const std::string& path,
         if (!has_sql)
             return fail(join(p, "sql") + ": missing (each operation needs an \"sql\" string)");
         out[name] = std::move(op);
+    }
+    return std::nullopt;
+}
+
+template <class Ref>
+config_key integer_key(std::string_view path, std::int64_t lo, std::int64_t hi,
+                       std::string_view description, Ref ref) {
+    config_key k{path, key_type::integer, lo, hi, {}, {}, description, {}, {}};
+    k.apply = [=](const json& v, const std::string& p, settings& s) {
+        return read_number(v, p, lo, hi, ref(s));
+    };
+    k.value = [=](const settings& s) { return json(ref(s)); };
+    return k;
+}
+
+template <class Ref>
+config_key millis_key(std::string_view path, std::int64_t lo, std::int64_t hi,
+                      std::string_view description, Ref ref) {
+    config_key k{path, key_type::integer, lo, hi, {}, {}, description, {}, {}};
+    k.apply = [=](const json& v, const std::string& p, settings& s) -> error {
+        std::int64_t n = 0;
+        if (auto e = read_int(v, p, lo, hi, n))
+            return e;
+        ref(s) = millis{n};
+        return std::nullopt;
+    };
+    k.value = [=](const settings& s) { return json(ref(s).count()); };
+    return k;
+}
+
+// A string key: `check` validates the text and stores it.
+config_key string_key(std::string_view path, std::string_view range, std::string_view description,
+                      std::function<error(const std::string&, const std::string&, settings&)> check,
+                      std::function<json(const settings&)> value) {
+    config_key k{path, key_type::string, 0, 0, range, {}, description, {}, std::move(value)};
+    k.apply = [check = std::move(check)](const json& v, const std::string& p,
+                                         settings& s) -> error {
+        std::string text;
+        if (auto e = read_string(v, p, text))
+            return e;
+        return check(text, p, s);
+    };
+    return k;
+}
+
+config_key section(std::string_view path, std::string_view default_note,
+                   std::string_view description) {
+    return config_key{path, key_type::object, 0, 0, {}, default_note, description, {}, {}};
+}
+
+error apply_schema(const std::string& schema, const std::string& p, settings& s) {
+    if (!is_sql_identifier(schema))
+        return fail(p +
+                    ": expected a lower-case SQL identifier ([a-z_][a-z0-9_]*, at "
+                    "most 63 characters), got " +
+                    in_quotes(schema));
+    // PostgreSQL refuses to create schemas named pg_*.
+    if (schema.rfind("pg_", 0) == 0)
+        return fail(p + ": the prefix 'pg_' is reserved by PostgreSQL, got " + in_quotes(schema));
+    s.postgres.schema = schema;
+    return std::nullopt;
+}
+
+error apply_flush(const std::string& text, const std::string& p, settings& s) {
+    if (text == "syncfs")
+        s.file.flush = file_flush::syncfs;
+    else if (text == "fsync")
+        s.file.flush = file_flush::fsync;
+    else
+        return fail(p + ": expected \"syncfs\" or \"fsync\", got " + in_quotes(text));
+    return std::nullopt;
+}
+
+std::vector<config_key> make_keys() {
+    // Each accessor is generic so that it serves both the const and the mutable settings.
+    std::vector<config_key> k;
+    k.push_back(string_key(
+        "listen", "`HOST:PORT` or `[IPv6]:PORT`, port 0 to 65535", "address to listen on",
+        [](const std::string& t, const std::string& p, settings& s) {
+            return apply_listen(t, p, s);
+        },
+        [](const settings& s) {
+            const bool v6 = s.listen_host.find(':') != std::string::npos;
+            return json((v6 ? "[" + s.listen_host + "]" : s.listen_host) + ":" +
+                        std::to_string(s.listen_port));
+        }));
+    k.push_back(string_key(
+        "store", "`file:PATH`, `postgresql://...`, `postgres://...`", "where data and fences live",
+        [](const std::string& t, const std::string& p, settings& s) {
+            return apply_store(t, p, s);
+        },
+        [](const settings& s) { return json(s.store); }));
+    k.push_back(integer_key(
+        "threads", 0, max_threads, "I/O threads; 0: one per core",
+        [](auto& s) -> auto& { return s.threads; }));
+    k.push_back(string_key(
+        "log_level", "`debug`, `info`, `warn`, `error`", "the least severe log line written",
+        [](const std::string& t, const std::string& p, settings& s) {
+            return apply_level(t, p, s);
+        },
+        [](const settings& s) { return json(logging::to_string(s.log_level)); }));
+    k.push_back(string_key(
+        "auth_token_file", "a path, 1 to 4096 bytes, no control characters",
+        "bearer token file; unset: $FENCEKEEPER_AUTH_TOKEN, else no auth",
+        [](const std::string& t, const std::string& p, settings& s) {
+            return apply_auth_token_file(t, p, s);
+        },
+        [](const settings& s) { return s.auth_token_file ? json(*s.auth_token_file) : json(); }));
+    k.push_back(millis_key(
+        "shutdown_timeout_ms", 1, max_timeout_ms, "drain deadline on SIGTERM and SIGINT",
+        [](auto& s) -> auto& { return s.shutdown_timeout; }));
+    k.push_back(section("limits", "", "HTTP limits and timeouts"));
+    k.push_back(section("postgres", "", "PostgreSQL store settings"));
+    k.push_back(section("file", "", "file store settings"));
+    config_key ops = section("operations", "none", "named SQL statements");
+    ops.apply = [](const json& v, const std::string& p, settings& s) {
+        return apply_operations(v, p, s.operations);
+    };
+    k.push_back(std::move(ops));
+
+    k.push_back(integer_key(
+        "limits.max_header_bytes", min_header_bytes, max_header_bytes,
+        "request line plus headers; 431 above",
+        [](auto& s) -> auto& { return s.http.max_header_bytes; }));
+    k.push_back(integer_key(
+        "limits.max_body_bytes", 1, max_body_bytes, "request body; 413 above",
+        [](auto& s) -> auto& { return s.http.max_body_bytes; }));
+    k.push_back(millis_key(
+        "limits.header_timeout_ms", 1, max_timeout_ms, "to receive a request head",
+        [](auto& s) -> auto& { return s.http.header_timeout; }));
+    k.push_back(millis_key(
+        "limits.idle_timeout_ms", 1, max_timeout_ms, "keep-alive wait for the next request",
+        [](auto& s) -> auto& { return s.http.idle_timeout; }));
+    k.push_back(millis_key(
+        "limits.body_timeout_ms", 1, max_timeout_ms, "to receive a body",
+        [](auto& s) -> auto& { return s.http.body_timeout; }));
+    k.push_back(millis_key(
+        "limits.write_timeout_ms", 1, max_timeout_ms, "to send a response",
+        [](auto& s) -> auto& { return s.http.write_timeout; }));
+    k.push_back(integer_key(
+        "limits.max_connections", 1, max_connections, "open client connections",
+        [](auto& s) -> auto& { return s.http.max_connections; }));
+    k.push_back(integer_key(
+        "limits.max_inflight_requests", 1, max_inflight_requests,
+        "requests served at once; 503 above",
+        [](auto& s) -> auto& { return s.http.max_inflight_requests; }));
+
+    k.push_back(string_key(
+        "postgres.schema",
+        "lower-case SQL identifier: a letter or `_`, then letters, digits or `_`, at most 63 "
+        "characters, not starting with `pg_`",
+        "the schema fencekeeper creates and migrates", apply_schema,
+        [](const settings& s) { return json(s.postgres.schema); }));
+    k.push_back(integer_key(
+        "postgres.pool_size", 0, max_pool_size, "connections; 0: 2 x threads, at least 16",
+        [](auto& s) -> auto& { return s.postgres.pool_size; }));
+    k.push_back(integer_key(
+        "postgres.queue_limit", 0, max_queue_limit, "requests waiting for a connection; 503 above",
+        [](auto& s) -> auto& { return s.postgres.queue_limit; }));
+    k.push_back(millis_key(
+        "postgres.connect_timeout_ms", 1, max_timeout_ms, "to open one connection",
+        [](auto& s) -> auto& { return s.postgres.connect_timeout; }));
+    k.push_back(millis_key(
+        "postgres.statement_timeout_ms", 1, max_timeout_ms, "for one request's statements",
+        [](auto& s) -> auto& { return s.postgres.statement_timeout; }));
+    k.push_back(integer_key(
+        "postgres.fence_cache_size", 1, max_fence_cache_size,
+        "locks kept by the stale-rejection cache",
+        [](auto& s) -> auto& { return s.postgres.fence_cache_size; }));
+    k.push_back(integer_key(
+        "postgres.batch_max", 1, max_batch_max, "writes per group-commit statement",
+        [](auto& s) -> auto& { return s.postgres.batch_max; }));
+    k.push_back(integer_key(
+        "postgres.batch_concurrency", 1, max_batch_concurrency,
+        "group-commit batches in flight at once",
+        [](auto& s) -> auto& { return s.postgres.batch_concurrency; }));
+    k.push_back(millis_key(
+        "postgres.batch_overlap_ms", 0, max_batch_overlap_ms,
+        "a batch beyond the first starts once the newest has run this long",
+        [](auto& s) -> auto& { return s.postgres.batch_overlap; }));
+    k.push_back(millis_key(
+        "postgres.far_round_trip_ms", 0, max_far_round_trip_ms,
+        "a round trip at least this long makes the database far; 0: off",
+        [](auto& s) -> auto& { return s.postgres.far_round_trip; }));
+
+    k.push_back(string_key("file.flush", "`\"syncfs\"`, `\"fsync\"`",
+                           "how a batch's bodies are made durable", apply_flush,
+                           [](const settings& s) {
+                               return json(s.file.flush == file_flush::syncfs ? "syncfs" : "fsync");
+                           }));
+    config_key io = integer_key(
+        "file.io_threads", 1, max_file_io_threads,
+        "threads for the store's blocking file system calls",
+        [](auto& s) -> auto& { return s.file.io_threads; });
+    io.default_note = "`2` with `\"syncfs\"`, `4` with `\"fsync\"`"; // 0 in settings: by flush
+    k.push_back(std::move(io));
+    return k;
+}
+
+// Applies the members of the object `obj` at `prefix` ("" for the document).
+error apply_object(const json& obj, const std::string& prefix, settings& s) {
+    for (const auto& [key, v] : obj.items()) {
+        const std::string p = join(prefix, key);
+        const config_key* k = find_key(prefix.empty() ? key : prefix + "." + key);
+        if (!k)
+            return unknown_key(p);
+        error e;
+        if (k->apply)
+            e = k->apply(v, p, s);
+        else if (!(e = expect_object(v, p)))
+            e = apply_object(v, p, s);
+        if (e)
+            return e;
     }
     return std::nullopt;
 }
@@ -467,6 +569,45 @@ error read_config_file(const std::string& path, std::string& out) {
 
 } // namespace
 
+std::string_view to_string(key_type t) noexcept {
+    switch (t) {
+    case key_type::integer:
+        return "integer";
+    case key_type::string:
+        return "string";
+    case key_type::boolean:
+        return "boolean";
+    case key_type::object:
+        return "object";
+    }
+    return "unknown";
+}
+
+const std::vector<config_key>& config_keys() {
+    static const std::vector<config_key> keys = make_keys();
+    return keys;
+}
+
+const config_key* find_key(std::string_view path) noexcept {
+    for (const auto& k : config_keys())
+        if (k.path == path)
+            return &k;
+    return nullptr;
+}
+
+std::string range_text(const config_key& k) {
+    if (k.type == key_type::integer)
+        return std::to_string(k.min) + " to " + std::to_string(k.max);
+    return std::string(k.range);
+}
+
+std::string default_text(const config_key& k) {
+    if (!k.default_note.empty() || !k.value)
+        return std::string(k.default_note);
+    const json v = k.value(settings{});
+    return v.is_null() ? "none" : "`" + v.dump() + "`";
+}
+
 std::optional<parse_error> apply_json(std::string_view json_text, settings& into) {
     if (json_nesting_exceeds(json_text, max_json_depth))
         return fail("invalid JSON: nested deeper than " + std::to_string(max_json_depth) +
@@ -485,47 +626,8 @@ std::optional<parse_error> apply_json(std::string_view json_text, settings& into
 
     // Work on a copy so that a failed document leaves `into` untouched.
     settings s = into;
-    for (const auto& [key, v] : doc.items()) {
-        const std::string p = join("", key);
-        error e;
-        if (key == "listen") {
-            std::string text;
-            e = read_string(v, p, text);
-            if (!e)
-                e = apply_listen(text, p, s);
-        } else if (key == "store") {
-            std::string text;
-            e = read_string(v, p, text);
-            if (!e)
-                e = apply_store(text, p, s);
-        } else if (key == "threads") {
-            e = read_number(v, p, 0, max_threads, s.threads);
-        } else if (key == "log_level") {
-            std::string text;
-            e = read_string(v, p, text);
-            if (!e)
-                e = apply_level(text, p, s);
-        } else if (key == "shutdown_timeout_ms") {
-            e = read_millis(v, p, s.shutdown_timeout);
-        } else if (key == "auth_token_file") {
-            std::string text;
-            e = read_string(v, p, text);
-            if (!e)
-                e = apply_auth_token_file(text, p, s);
-        } else if (key == "limits") {
-            e = apply_limits(v, p, s.http);
-        } else if (key == "postgres") {
-            e = apply_postgres(v, p, s.postgres);
-        } else if (key == "file") {
-            e = apply_file(v, p, s.file);
-        } else if (key == "operations") {
-            e = apply_operations(v, p, s.operations);
-        } else {
-            e = unknown_key(p);
-        }
-        if (e)
-            return e;
-    }
+    if (auto e = apply_object(doc, "", s))
+        return e;
     into = std::move(s);
     return std::nullopt;
 }
@@ -585,58 +687,109 @@ std::optional<std::pair<std::string, std::uint16_t>> parse_listen(std::string_vi
     return std::pair{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
+namespace {
+
+namespace po = boost::program_options;
+
+// The flags, their value names and help lines: the one description --help prints and
+// the parser accepts.
+const po::options_description& flag_descriptions() {
+    static const po::options_description desc = [] {
+        po::options_description d("Options", 90, 45);
+        const auto text = [](const char* name) {
+            return po::value<std::string>()->value_name(name);
+        };
+        d.add_options()("config", text("FILE"),
+                        "JSON config file; it is read first and the flags below override it")(
+            "listen", text("HOST:PORT"),
+            "address to listen on, [IPv6]:PORT for IPv6 (default 127.0.0.1:8080; port 0 "
+            "picks a free port)")("store", text("URL"),
+                                  "file:PATH or postgresql://... (default file:./data)")(
+            "threads", text("N"), "I/O threads, 1 to 1024 (default: the number of cores)")(
+            "log-level", text("LEVEL"), "debug, info, warn or error (default info)")(
+            "auth-token-file", text("FILE"),
+            "require \"Authorization: Bearer <first line of FILE>\" on /v1/* and /metrics "
+            "(default: $FENCEKEEPER_AUTH_TOKEN if set, else no auth); SIGHUP re-reads it")(
+            "check-config",
+            "validate the config file and flags (and the token file), print \"config ok\" "
+            "and exit 0, or print the problem and exit 2; opens no store and binds no port")(
+            "help,h", "print this help and exit")("version", "print the version and exit");
+        return d;
+    }();
+    return desc;
+}
+
+// Long flags as "--flag value" or "--flag=value", and -h; no abbreviations, no bundling.
+constexpr int flag_style =
+    po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent |
+    po::command_line_style::long_allow_next | po::command_line_style::allow_short |
+    po::command_line_style::allow_dash_for_short | po::command_line_style::short_allow_next;
+
+// The parser's exceptions, worded as the rest of the config errors.
+parse_error from_parser(const po::error& ex) {
+    if (const auto* unknown = dynamic_cast<const po::unknown_option*>(&ex)) {
+        std::string name = unknown->get_option_name();
+        name = name.substr(0, name.find('='));
+        return fail("unknown flag " + in_quotes(name));
+    }
+    if (const auto* syntax = dynamic_cast<const po::invalid_command_line_syntax*>(&ex)) {
+        const std::string name = syntax->get_option_name();
+        switch (syntax->kind()) {
+        case po::invalid_command_line_syntax::missing_parameter:
+        case po::invalid_command_line_syntax::empty_adjacent_parameter:
+            return fail(name + ": missing value");
+        case po::invalid_command_line_syntax::extra_parameter:
+            return fail(name + ": takes no value");
+        default:
+            break;
+        }
+    }
+    return fail(ex.what());
+}
+
+} // namespace
+
 std::variant<command_line, parse_error> parse_command_line(const std::vector<std::string>& args) {
+    // The parser reads "--" as the end of the flags; fencekeeper takes no arguments after
+    // flags, so it is a mistyped flag.
+    if (std::find(args.begin(), args.end(), "--") != args.end())
+        return fail("unknown flag '--'");
+    po::parsed_options parsed{nullptr};
+    try {
+        parsed = po::command_line_parser(args).options(flag_descriptions()).style(flag_style).run();
+    } catch (const po::error& ex) {
+        return from_parser(ex);
+    }
+
     struct flag_value {
         std::string flag;
         std::string value;
     };
     command_line cl;
     std::vector<flag_value> values; // in command-line order, applied after the file
-
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& arg = args[i];
-        if (arg == "-h") {
-            cl.show_help = true;
-            continue;
-        }
-        if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-            if (!arg.empty() && arg.front() == '-' && arg != "-")
-                return fail("unknown flag " + in_quotes(arg));
-            return fail("unexpected argument " + in_quotes(arg) + " (see --help)");
-        }
-        const auto eq = arg.find('=');
-        const std::string flag = arg.substr(0, eq);
-        const bool inline_value = eq != std::string::npos;
-
-        if (flag == "--help" || flag == "--version" || flag == "--check-config") {
-            if (inline_value)
-                return fail(flag + ": takes no value");
+    for (const auto& opt : parsed.options) {
+        if (opt.position_key >= 0 || opt.string_key.empty())
+            return fail("unexpected argument " +
+                        in_quotes(opt.original_tokens.empty() ? "" : opt.original_tokens[0]) +
+                        " (see --help)");
+        const std::string flag = "--" + opt.string_key;
+        if (opt.value.empty()) {
             (flag == "--help"      ? cl.show_help
              : flag == "--version" ? cl.show_version
                                    : cl.check_config) = true;
             continue;
         }
-        if (flag != "--config" && flag != "--listen" && flag != "--store" && flag != "--threads" &&
-            flag != "--log-level" && flag != "--auth-token-file")
-            return fail("unknown flag " + in_quotes(flag));
-
-        std::string value;
-        if (inline_value) {
-            value = arg.substr(eq + 1);
-        } else if (i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0) {
-            value = args[++i];
-        } else {
+        // "--listen --help": the parser takes the next word whatever it is; a value given
+        // as its own word must not start with "--" (use --flag=VALUE for that).
+        const std::string& value = opt.value.front();
+        if (value.empty() || (opt.original_tokens.size() == 2 && value.rfind("--", 0) == 0))
             return fail(flag + ": missing value");
-        }
-        if (value.empty())
-            return fail(flag + ": missing value");
-
         if (flag == "--config") {
             if (cl.config_file)
                 return fail("--config: given more than once");
-            cl.config_file = std::move(value);
+            cl.config_file = value;
         } else {
-            values.push_back({flag, std::move(value)});
+            values.push_back({flag, value});
         }
     }
     // Help and version must work whatever else is on the line or in the file.
@@ -680,31 +833,14 @@ std::variant<command_line, parse_error> parse_command_line(const std::vector<std
 }
 
 std::string usage_text() {
-    return R"(Usage: fencekeeper [OPTIONS]
-
-A fencing-aware HTTP storage proxy: a write is applied only when its fencing token is at
-least the highest token already accepted for its lock.
-
-Options:
-  --config FILE       JSON config file; it is read first and the flags below override it
-  --listen HOST:PORT  address to listen on, [IPv6]:PORT for IPv6 (default 127.0.0.1:8080;
-                      port 0 picks a free port)
-  --store URL         file:PATH or postgresql://... (default file:./data)
-  --threads N         I/O threads, 1 to 1024 (default: the number of cores)
-  --log-level LEVEL   debug, info, warn or error (default info)
-  --auth-token-file FILE
-                      require "Authorization: Bearer <first line of FILE>" on /v1/* and
-                      /metrics (default: $FENCEKEEPER_AUTH_TOKEN if set, else no auth);
-                      SIGHUP re-reads it
-  --check-config      validate the config file and flags (and the token file), print
-                      "config ok" and exit 0, or print the problem and exit 2; opens no
-                      store and binds no port
-  -h, --help          print this help and exit
-  --version           print the version and exit
-
-Flags take their value as "--flag value" or "--flag=value"; the last one given wins.
-Every config key is described in docs/configuration.md.
-)";
+    std::ostringstream out;
+    out << "Usage: fencekeeper [OPTIONS]\n\n"
+           "A fencing-aware HTTP storage proxy: a write is applied only when its fencing token "
+           "is at\nleast the highest token already accepted for its lock.\n\n"
+        << flag_descriptions()
+        << "\nFlags take their value as \"--flag value\" or \"--flag=value\"; the last one "
+           "given wins.\nEvery config key is described in docs/configuration.md.\n";
+    return out.str();
 }
 
 } // namespace fk::config

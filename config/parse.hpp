@@ -3,6 +3,7 @@
 // flag or key and every bad value is an error whose message names it; the caller prints
 // it and exits with status 2.
 
+#include "config/keys.hpp"
 #include "config/settings.hpp"
 
 #include <string>
@@ -11,10 +12,6 @@
 #include <vector>
 
 namespace fk::config {
-
-struct parse_error {
-    std::string message; // names the flag or key and says what is wrong
-};
 
 // What the command line asked for besides settings.
 struct command_line {
@@ -25,15 +22,15 @@ struct command_line {
     std::optional<std::string> config_file;
 };
 
-// Applies a JSON config document on top of `into`. Keys: listen ("HOST:PORT"), store,
-// threads, log_level, limits{...}, postgres{...}, operations{NAME: {sql, expose_errors}},
-// shutdown_timeout_ms, auth_token_file. Unknown keys are errors.
+// Applies a JSON config document on top of `into`: the keys of config_keys()
+// (config/keys.hpp), operations{NAME: {sql, expose_errors}} included. Unknown keys,
+// duplicate keys and values of the wrong type or out of range are errors.
 std::optional<parse_error> apply_json(std::string_view json_text, settings& into);
 
 // Parses argv[1..]: --config FILE (loaded first), --listen HOST:PORT, --store URL,
 // --threads N, --log-level LEVEL, --auth-token-file FILE, --check-config, --help,
-// --version; both "--flag value" and "--flag=value". Reads the config file from disk (not
-// the token file: that is proxy/auth.hpp's job).
+// --version; both "--flag value" and "--flag=value" (Boost.Program_options). Reads the config file
+// from disk (not the token file: that is proxy/auth.hpp's job).
 std::variant<command_line, parse_error> parse_command_line(const std::vector<std::string>& args);
 
 // "HOST:PORT" and "[v6]:PORT"; port 0 allowed.

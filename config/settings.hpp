@@ -1,8 +1,9 @@
 #pragma once
-// Plain settings structs with their defaults (CONTRACT §5, §7). Parsing and validation
-// live in config/parse.hpp; nothing here does I/O.
+// Plain settings structs with their defaults: the one place a default is written
+// (config/keys.hpp reads them from a default-constructed `settings`). Parsing and
+// validation live in config/parse.hpp; nothing here does I/O.
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -1,18 +1,10 @@
 #include "fence/names.hpp"
 
+#include "fence/hex.hpp"
+
 namespace fk::fence {
 
 namespace {
-
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 bool has_control(std::string_view s) noexcept {
     for (unsigned char c : s)
@@ -23,63 +15,11 @@ bool has_control(std::string_view s) noexcept {
 
 } // namespace
 
-bool is_valid_utf8(std::string_view s) noexcept {
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    const auto* end = p + s.size();
-    while (p < end) {
-        unsigned char c = *p;
-        if (c < 0x80) {
-            ++p;
-            continue;
-        }
-        std::size_t len;
-        char32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false; // continuation byte first, overlong lead (c0/c1) or > U+10FFFF
-        }
-        if (static_cast<std::size_t>(end - p) < len)
-            return false;
-        for (std::size_t i = 1; i < len; ++i) {
-            if ((p[i] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false; // overlong, out of range or a UTF-16 surrogate
-        p += len;
-    }
-    return true;
-}
-
 name_result percent_decode(std::string_view encoded) {
-    name_result r;
-    r.value.reserve(encoded.size());
-    for (std::size_t i = 0; i < encoded.size(); ++i) {
-        char c = encoded[i];
-        if (c != '%') {
-            r.value.push_back(c);
-            continue;
-        }
-        if (i + 2 >= encoded.size())
-            return {errc::invalid_name, {}}; // "a%2", "a%"
-        int hi = hex_value(encoded[i + 1]);
-        int lo = hex_value(encoded[i + 2]);
-        if (hi < 0 || lo < 0)
-            return {errc::invalid_name, {}};
-        r.value.push_back(static_cast<char>(hi * 16 + lo));
-        i += 2;
-    }
-    return r;
+    auto decoded = percent_decode_bytes(encoded);
+    if (!decoded)
+        return {errc::invalid_name, {}};
+    return {errc::ok, std::move(*decoded)};
 }
 
 errc validate_lock_name(std::string_view name) noexcept {

@@ -4,6 +4,7 @@
 // "." or "..". Names in the URL path are percent-decoded first; Fencing-Lock is literal.
 
 #include "fence/error.hpp"
+#include "fence/utf8.hpp" // is_valid_utf8
 
 #include <string>
 #include <string_view>
@@ -30,7 +31,5 @@ name_result key_from_path(std::string_view encoded);
 name_result lock_from_path(std::string_view encoded);
 // Fencing-Lock header: literal, validated as a lock name.
 name_result lock_from_header(std::string_view value);
-
-bool is_valid_utf8(std::string_view s) noexcept;
 
 } // namespace fk::fence

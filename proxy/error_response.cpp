@@ -1,6 +1,6 @@
 #include "proxy/error_response.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <boost/beast/http/field.hpp>
 

@@ -1,11 +1,11 @@
 #include "proxy/handlers.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "fence/names.hpp"
+#include "fence/rfc3339.hpp"
 #include "fence/token.hpp"
 #include "proxy/detail/operation_params.hpp"
 #include "proxy/detail/request_id.hpp"
-#include "proxy/detail/rfc3339.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
 
@@ -337,7 +337,7 @@ net::awaitable<response> get_resource(call c) {
 nlohmann::json fence_json(const store::fence_info& f) {
     return {{"lock", f.lock},
             {"token", f.token},
-            {"updated_at", detail::format_rfc3339_ms(f.updated_at_ms)}};
+            {"updated_at", fence::format_rfc3339_ms(f.updated_at_ms)}};
 }
 
 net::awaitable<response> get_fence(call c) {

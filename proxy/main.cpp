@@ -2,8 +2,8 @@
 // drain, stop the store, exit 0 (docs/operations.md, "Lifecycle and signals"). SIGHUP re-reads the auth token and the log
 // level; --check-config validates and exits.
 
+#include "backends/log/logging.hpp"
 #include "backends/make_store.hpp"
-#include "config/logging.hpp"
 #include "config/parse.hpp"
 #include "config/settings.hpp"
 #include "proxy/auth.hpp"

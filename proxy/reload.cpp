@@ -1,6 +1,6 @@
 #include "proxy/reload.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "config/parse.hpp"
 #include "proxy/auth.hpp"
 

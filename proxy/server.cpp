@@ -1,6 +1,6 @@
 #include "proxy/server.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/endpoint.hpp"
 #include "proxy/session.hpp"

@@ -26,6 +26,13 @@ elif installed libboost-dev; then
     if dpkg --compare-versions "${v:-0}" ge 1.81; then boost_ok=1; fi
 fi
 [[ $boost_ok == 1 ]] || missing+=(libboost1.81-dev)
+# The command line is parsed with Boost.Program_options, a compiled Boost library: the
+# one of the same Boost version.
+if installed libboost1.81-dev || [[ $boost_ok == 0 ]]; then
+    installed libboost-program-options1.81-dev || missing+=(libboost-program-options1.81-dev)
+else
+    installed libboost-program-options-dev || missing+=(libboost-program-options-dev)
+fi
 if [[ "$what" == test ]]; then
     for p in "${test_pkgs[@]}"; do installed "$p" || missing+=("$p"); done
 fi

@@ -2,7 +2,7 @@
 
 #include "backends/file/detail/crc32c.hpp"
 #include "backends/file/detail/file_store_impl.hpp"
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "fence/names.hpp"
 
 #include <boost/asio/post.hpp>

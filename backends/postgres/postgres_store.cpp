@@ -1,12 +1,12 @@
 #include "backends/postgres/postgres_store.hpp"
 
+#include "backends/log/logging.hpp"
 #include "backends/postgres/detail/batch_queue.hpp"
 #include "backends/postgres/detail/connection.hpp"
 #include "backends/postgres/detail/pool_state.hpp"
 #include "backends/postgres/fence_cache.hpp"
 #include "backends/postgres/result.hpp"
 #include "backends/postgres/sql.hpp"
-#include "config/logging.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -1,7 +1,7 @@
 #include "backends/postgres/result.hpp"
 
+#include "backends/log/logging.hpp"
 #include "backends/postgres/sql.hpp"
-#include "config/logging.hpp"
 
 #include <charconv>
 

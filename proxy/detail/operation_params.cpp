@@ -1,6 +1,6 @@
 #include "proxy/detail/operation_params.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,7 @@
 
 #include "proxy/session.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "proxy/admission.hpp"
 #include "proxy/auth.hpp"
 #include "proxy/connection_registry.hpp"

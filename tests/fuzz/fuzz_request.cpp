@@ -22,7 +22,7 @@
 // 2, so the parser stops at the third; else unknown, as before its first prepare); the
 // rest is the bytes a client would send.
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "config/settings.hpp"
 #include "fence/error.hpp"
 #include "fence/token.hpp"

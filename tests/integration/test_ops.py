@@ -30,7 +30,7 @@ from fk import CheckFailed, check, eq, expect_error, expect_status
 
 SHED_RETRY_AFTER = "1"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# Log lines reach stderr within ~50 ms (config/logging.hpp); before counting lines, or
+# Log lines reach stderr within ~50 ms (backends/log/logging.hpp); before counting lines, or
 # checking that some are absent, wait this long after the requests that would log them.
 LOG_SETTLE = 0.3
 

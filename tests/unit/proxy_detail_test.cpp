@@ -1,7 +1,6 @@
 #include "config/json_depth.hpp"
 #include "proxy/detail/bad_header.hpp"
 #include "proxy/detail/request_id.hpp"
-#include "proxy/detail/rfc3339.hpp"
 #include "proxy/detail/wire.hpp"
 
 #include "proxy/handlers.hpp"
@@ -18,13 +17,6 @@
 
 using namespace fk::proxy;
 namespace http = boost::beast::http;
-
-TEST_CASE("rfc3339: UTC with milliseconds") {
-    CHECK(detail::format_rfc3339_ms(0) == "1970-01-01T00:00:00.000Z");
-    CHECK(detail::format_rfc3339_ms(1'795'946'400'123) == "2026-11-29T10:00:00.123Z");
-    CHECK(detail::format_rfc3339_ms(951'782'400'007) == "2000-02-29T00:00:00.007Z");
-    CHECK(detail::format_rfc3339_ms(-1) == "1969-12-31T23:59:59.999Z");
-}
 
 TEST_CASE("request ids") {
     CHECK(detail::is_acceptable_request_id("a"));

@@ -1,6 +1,6 @@
 #include "proxy/handlers.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "tests/support/memory_store.hpp"
 
 #include <doctest/doctest.h>

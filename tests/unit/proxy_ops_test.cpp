@@ -3,7 +3,7 @@
 // metrics (writes_total, stale gap, store durations and errors, GET /metrics).
 #include "proxy/preflight.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "proxy/auth.hpp"
 #include "proxy/detail/store_url.hpp"
 #include "proxy/handlers.hpp"

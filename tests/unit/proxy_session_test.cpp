@@ -1,6 +1,6 @@
 #include "proxy/session.hpp"
 
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 #include "proxy/auth.hpp"
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/session_impl.hpp"

@@ -3,7 +3,7 @@
 // docs/file-store.md, "Write sequence".
 
 #include "backends/file/detail/file_store_impl.hpp"
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <boost/asio/post.hpp>
 

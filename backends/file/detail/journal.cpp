@@ -1,6 +1,7 @@
 #include "backends/file/detail/journal.hpp"
 
 #include "backends/file/detail/crc32c.hpp"
+#include "fence/hex.hpp"
 
 #include <charconv>
 
@@ -9,16 +10,6 @@ namespace fk::store::detail {
 namespace {
 
 constexpr char hex_digits[] = "0123456789abcdef";
-
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 void append_hex8(std::string& out, std::uint32_t v) {
     for (int shift = 28; shift >= 0; shift -= 4)
@@ -30,7 +21,7 @@ std::optional<std::uint32_t> parse_hex8(std::string_view s) noexcept {
         return std::nullopt;
     std::uint32_t v = 0;
     for (char c : s) {
-        int d = hex_value(c);
+        int d = fence::hex_value(c);
         if (d < 0)
             return std::nullopt;
         v = v << 4 | static_cast<std::uint32_t>(d);
@@ -159,23 +150,7 @@ std::string encode_field(std::string_view raw) {
 }
 
 std::optional<std::string> decode_field(std::string_view encoded) {
-    std::string out;
-    out.reserve(encoded.size());
-    for (std::size_t i = 0; i < encoded.size(); ++i) {
-        if (encoded[i] != '%') {
-            out += encoded[i];
-            continue;
-        }
-        if (i + 2 >= encoded.size())
-            return std::nullopt;
-        int hi = hex_value(encoded[i + 1]);
-        int lo = hex_value(encoded[i + 2]);
-        if (hi < 0 || lo < 0)
-            return std::nullopt;
-        out += static_cast<char>(hi << 4 | lo);
-        i += 2;
-    }
-    return out;
+    return fence::percent_decode_bytes(encoded);
 }
 
 void append_record(std::string& out, const record& r) {

@@ -4,7 +4,7 @@
 
 #include "backends/file/detail/crc32c.hpp"
 #include "backends/file/detail/file_store_impl.hpp"
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,7 @@
-#include "config/logging.hpp"
+#include "backends/log/logging.hpp"
+
+#include "fence/rfc3339.hpp"
+#include "fence/utf8.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -7,7 +10,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -22,39 +24,6 @@ std::atomic<level> g_level{level::info};
 // name with broken UTF-8.
 std::string dump(const nlohmann::json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-// Appends the RFC 3339 UTC time with milliseconds. The calendar part is formatted once
-// per second per thread.
-void append_rfc3339_millis(std::string& out, std::chrono::system_clock::time_point when) {
-    using namespace std::chrono;
-    const auto ms_since_epoch = duration_cast<milliseconds>(when.time_since_epoch()).count();
-    // Floor division so that instants before 1970 still format correctly.
-    auto secs = ms_since_epoch / 1000;
-    auto ms = ms_since_epoch % 1000;
-    if (ms < 0) {
-        ms += 1000;
-        secs -= 1;
-    }
-    thread_local long long cached_secs = -1;
-    thread_local char cached[48] = {};
-    thread_local int cached_len = 0;
-    if (secs != cached_secs || cached_len == 0) {
-        const std::time_t t = static_cast<std::time_t>(secs);
-        std::tm tm{};
-        gmtime_r(&t, &tm);
-        cached_len =
-            std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
-                          tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        if (cached_len < 0 || cached_len >= static_cast<int>(sizeof cached))
-            cached_len = 0;
-        cached_secs = secs;
-    }
-    out.append(cached, static_cast<std::size_t>(cached_len));
-    const char frac[5] = {'.', static_cast<char>('0' + ms / 100),
-                          static_cast<char>('0' + ms / 10 % 10), static_cast<char>('0' + ms % 10),
-                          'Z'};
-    out.append(frac, sizeof frac);
 }
 
 bool is_reserved(const std::string& key) {
@@ -202,44 +171,6 @@ private:
     std::string batch_;
 };
 
-// The length of the valid UTF-8 sequence starting at s[i], or the number of bytes to
-// skip (negated) when there is none: -1 for a byte that cannot start a sequence, -k when
-// a lead byte and k-1 continuation bytes were fine and the next byte was not (that byte
-// is looked at again, as nlohmann's decoder does) or the text ended.
-int utf8_sequence(std::string_view s, std::size_t i) noexcept {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    int len = 0;
-    unsigned char lo = 0x80, hi = 0xBF; // the range of the second byte
-    if (b0 < 0x80)
-        return 1;
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        len = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        len = 3;
-        if (b0 == 0xE0)
-            lo = 0xA0;
-        else if (b0 == 0xED)
-            hi = 0x9F;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        len = 4;
-        if (b0 == 0xF0)
-            lo = 0x90;
-        else if (b0 == 0xF4)
-            hi = 0x8F;
-    } else {
-        return -1;
-    }
-    for (int k = 1; k < len; ++k) {
-        if (i + static_cast<std::size_t>(k) >= s.size())
-            return -k;
-        const auto b = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
-        const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
-        if (b < min || b > max)
-            return -k;
-    }
-    return len;
-}
-
 void append_field(std::string& line, const field& f) {
     line += ',';
     append_json_string(line, f.key);
@@ -263,7 +194,9 @@ void append_field(std::string& line, const field& f) {
 void append_head(std::string& line, level l, std::string_view msg,
                  std::chrono::system_clock::time_point when) {
     line += R"({"ts":")";
-    append_rfc3339_millis(line, when);
+    fence::append_rfc3339_ms(
+        line,
+        std::chrono::duration_cast<std::chrono::milliseconds>(when.time_since_epoch()).count());
     line += R"(","level":")";
     line += to_string(l);
     line += R"(","msg":)";
@@ -355,7 +288,8 @@ void append_json_string(std::string& out, std::string_view text) {
             ++i;
             continue;
         }
-        const int n = utf8_sequence(text, i);
+        // Invalid bytes are skipped by nlohmann's rule (see fence::utf8_step).
+        const int n = fence::decode_utf8(text, i).length;
         if (n > 0) {
             out.append(text.data() + i, static_cast<std::size_t>(n));
             i += static_cast<std::size_t>(n);
