@@ -103,7 +103,11 @@ struct operation_result {
     std::int64_t rows_affected = 0;
     std::string rows_json; // a JSON array of objects, column name → value
     std::string sqlstate;
-    std::string message;
+    std::string message; // for the client
+    // The database's own text for an error of the user's statement (also one that does
+    // not prepare): for the log only. `message` repeats it only where the operation's
+    // config sets expose_errors, since it may quote data from any table or the schema.
+    std::string server_message;
 };
 
 class store {
@@ -121,6 +125,13 @@ public:
     // Named SQL operations: only the Postgres store has them (404 elsewhere).
     virtual bool supports_operations() const noexcept { return false; }
     virtual net::awaitable<operation_result> run_operation(operation_request req);
+    // The parameter count of operation `name`'s statement, once known (the Postgres store
+    // learns it when the statement first prepares): the HTTP side stops parsing a body
+    // at the first parameter beyond it. From any thread.
+    virtual std::optional<std::size_t> operation_param_count(const std::string& name) const {
+        (void)name;
+        return std::nullopt;
+    }
 
     // /readyz: the store can take requests now.
     virtual bool ready() const noexcept = 0;

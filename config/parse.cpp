@@ -153,6 +153,13 @@ error read_string(const json& v, const std::string& path, std::string& out) {
     return std::nullopt;
 }
 
+error read_bool(const json& v, const std::string& path, bool& out) {
+    if (!v.is_boolean())
+        return fail(path + ": expected true or false, got " + type_name(v));
+    out = v.get<bool>();
+    return std::nullopt;
+}
+
 error expect_object(const json& v, const std::string& path) {
     if (!v.is_object())
         return fail(path + ": expected an object, got " + type_name(v));
@@ -351,6 +358,11 @@ error apply_operations(const json& obj, const std::string& path,
         bool has_sql = false;
         for (const auto& [key, v] : def.items()) {
             const std::string kp = join(p, key);
+            if (key == "expose_errors") {
+                if (auto e = read_bool(v, kp, op.expose_errors))
+                    return e;
+                continue;
+            }
             if (key != "sql")
                 return unknown_key(kp);
             if (auto e = read_string(v, kp, op.sql))

@@ -26,7 +26,7 @@ struct command_line {
 };
 
 // Applies a JSON config document on top of `into`. Keys: listen ("HOST:PORT"), store,
-// threads, log_level, limits{...}, postgres{...}, operations{NAME: {sql}},
+// threads, log_level, limits{...}, postgres{...}, operations{NAME: {sql, expose_errors}},
 // shutdown_timeout_ms, auth_token_file. Unknown keys are errors.
 std::optional<parse_error> apply_json(std::string_view json_text, settings& into);
 

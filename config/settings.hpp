@@ -59,6 +59,9 @@ struct file_settings {
 
 struct operation {
     std::string sql; // $1..$n placeholders
+    // A failed statement's reply quotes the database's message (else only its SQLSTATE:
+    // the message may show data from any table, or the schema).
+    bool expose_errors = false;
 };
 
 struct settings {

@@ -1,15 +1,18 @@
 #include "proxy/handlers.hpp"
 
-#include "config/json_depth.hpp"
 #include "config/logging.hpp"
 #include "fence/names.hpp"
 #include "fence/token.hpp"
+#include "proxy/detail/operation_params.hpp"
 #include "proxy/detail/request_id.hpp"
 #include "proxy/detail/rfc3339.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/field.hpp>
 
 #include <chrono>
@@ -27,9 +30,6 @@ constexpr std::string_view fencing_token_alias = "X-Fencing-Token";
 constexpr std::string_view fencing_lock_field = "Fencing-Lock";
 constexpr std::string_view request_id_field = "X-Request-Id";
 constexpr std::string_view metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
-// Nesting deeper than this in an operation body is refused: serialising and destroying
-// JSON recurses, and no SQL parameter needs it.
-constexpr std::size_t max_params_depth = 32;
 
 struct field_values {
     std::size_t count = 0;
@@ -386,37 +386,49 @@ net::awaitable<response> list_fences(call c) {
                              {"next", r.next ? nlohmann::json(*r.next) : nlohmann::json(nullptr)}});
 }
 
-// {"params": [...]} → text parameters: strings raw, null as SQL NULL, everything else
-// as its JSON text (numbers, true/false, arrays and objects for json/jsonb columns).
-checked<std::vector<std::optional<std::string>>> operation_params(std::string_view body) {
-    auto bad = [](std::string message) {
-        return checked<std::vector<std::optional<std::string>>>{
-            std::nullopt, make_error_response(errc::invalid_request, std::move(message))};
-    };
-    constexpr std::string_view shape = "the body must be JSON {\"params\": [...]}";
-    if (config::json_nesting_exceeds(body, max_params_depth))
-        return bad("JSON nested deeper than " + std::to_string(max_params_depth) + " levels");
-    auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded())
-        return bad(std::string{shape} + ": the body is not valid JSON");
-    if (!doc.is_object() || doc.size() != 1 || !doc.contains("params") || !doc["params"].is_array())
-        return bad(std::string{shape});
+// Operation bodies up to this size are parsed where the request runs (a millisecond or
+// so); larger ones on parse_pool, so that no other connection waits behind them.
+constexpr std::size_t inline_parse_bytes = 64 * 1024;
 
-    std::vector<std::optional<std::string>> params;
-    params.reserve(doc["params"].size());
-    for (const auto& p : doc["params"]) {
-        if (p.is_null()) {
-            params.emplace_back(std::nullopt);
-        } else if (p.is_string()) {
-            const auto& s = p.get_ref<const std::string&>();
-            if (s.find('\0') != std::string::npos)
-                return bad("a string parameter contains a NUL character");
-            params.emplace_back(s);
-        } else {
-            params.emplace_back(dump_json(p));
-        }
-    }
-    return {std::move(params), std::nullopt};
+// One thread: large operation bodies are parsed one at a time and never on an I/O
+// thread, so however many arrive they take at most one core from the I/O threads.
+net::thread_pool& parse_pool() {
+    static net::thread_pool pool{1};
+    return pool;
+}
+
+} // namespace
+
+void join_parse_thread() {
+    parse_pool().join();
+}
+
+namespace {
+
+// `body` and `name` outlive the call (the awaiting request owns them).
+net::awaitable<detail::operation_params>
+parse_params(std::string_view body, std::optional<std::size_t> takes, std::string_view name) {
+    if (body.size() <= inline_parse_bytes)
+        co_return detail::parse_operation_params(body, takes, name);
+    co_return co_await net::co_spawn(
+        parse_pool(),
+        [body, takes, name]() -> net::awaitable<detail::operation_params> {
+            co_return detail::parse_operation_params(body, takes, name);
+        },
+        net::use_awaitable);
+}
+
+// The database's own text for an operation's error: for the log, whatever the reply
+// shows (it may quote data from any table, or the schema).
+void log_operation_error(const call& c, const store::operation_result& r) {
+    if (!logging::enabled(logging::level::warn))
+        return;
+    auto f = log_fields(c);
+    f["operation"] = c.match.name;
+    f["error"] = to_string(r.error);
+    f["sqlstate"] = r.sqlstate;
+    f["detail"] = r.server_message;
+    logging::write(logging::level::warn, "operation error", f);
 }
 
 net::awaitable<response> run_operation(call c) {
@@ -430,19 +442,25 @@ net::awaitable<response> run_operation(call c) {
     auto token = token_of(c.req);
     if (token.failure)
         co_return std::move(*token.failure);
-    auto params = operation_params(c.req.body());
-    if (params.failure)
-        co_return std::move(*params.failure);
+    auto params = co_await parse_params(
+        c.req.body(), c.ctx.store.operation_param_count(c.match.name), c.match.name);
+    if (!params.error.empty())
+        co_return make_error_response(errc::invalid_request, std::move(params.error));
+    // The parameters hold what the statement needs; the body is not kept while the
+    // request waits for a connection.
+    std::string{}.swap(c.req.body());
 
     store::operation_request o;
     o.name = c.match.name;
     o.lock = *lock.value;
     o.token = *token.value;
-    o.params = std::move(*params.value);
+    o.params = std::move(params.values);
     store_timer timer{c, store_op::operation};
     auto r = co_await c.ctx.store.run_operation(std::move(o));
     timer.done(r.error);
     count_write(c, r.error, *token.value, r.current_token);
+    if (!r.server_message.empty())
+        log_operation_error(c, r);
     switch (r.error) {
     case errc::ok:
         break;

@@ -41,6 +41,12 @@ net::awaitable<response> handle_request(handler_context& ctx, request&& req);
 // matches it once, for admission and for the handler).
 net::awaitable<response> handle_request(handler_context& ctx, request&& req, route_match match);
 
+// Waits for the thread that parses large operation bodies to finish what it has; no
+// request may run afterwards. Call after the I/O threads have stopped and before their
+// io_contexts' pending work is destroyed: a parse still running then completes into its
+// (stopped) io_context, never into a destroyed one.
+void join_parse_thread();
+
 // The client's X-Request-Id when acceptable (one field, 1..128 printable ASCII), else a
 // generated one.
 std::string request_id_of(const request& req);

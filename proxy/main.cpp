@@ -8,6 +8,7 @@
 #include "config/settings.hpp"
 #include "proxy/auth.hpp"
 #include "proxy/detail/store_url.hpp"
+#include "proxy/handlers.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/overload.hpp"
 #include "proxy/preflight.hpp"
@@ -169,6 +170,7 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
         w->stop();
     for (auto& t : pool)
         t.join();
+    proxy::join_parse_thread();
     worker_guards.clear();
     io.destroy_pending_work();
     for (auto& w : workers)

@@ -95,6 +95,7 @@ struct op_entry {
     std::string name;
     std::string sql;
     std::string statement; // fk_op_<index>
+    bool expose_errors = false;
     std::atomic<int> nparams{-1};
 };
 
@@ -138,6 +139,7 @@ public:
             auto e = std::make_unique<op_entry>();
             e->name = name;
             e->sql = op.sql;
+            e->expose_errors = op.expose_errors;
             e->statement = pg::sql::op_statement_name(i++);
             ops_.push_back(std::move(e));
         }
@@ -684,16 +686,8 @@ private:
             auto o = co_await prepare_op(c, const_cast<op_entry&>(op), index);
             if (o.t != exec_outcome::transport::ok)
                 co_return unavailable<operation_result>("database unavailable: " + o.error);
-            if (!o.results.empty() && !o.results.front().ok()) {
-                const auto& r = o.results.front();
-                operation_result f;
-                f.error = pg::transient_sqlstate(r.sqlstate) || r.sqlstate.empty()
-                              ? errc::unavailable
-                              : errc::operation_failed;
-                f.sqlstate = r.sqlstate;
-                f.message = "operation '" + op.name + "' does not prepare: " + r.message;
-                co_return f;
-            }
+            if (!o.results.empty() && !o.results.front().ok())
+                co_return pg::map_prepare_failure(o.results.front(), op.name, op.expose_errors);
         }
         const int n = op.nparams.load();
         if (n >= 0 && static_cast<std::size_t>(n) != req.params.size()) {
@@ -708,7 +702,7 @@ private:
         const std::vector<pg::detail::pipeline_step> steps{{pg::sql::name::op_fence, &fence_params},
                                                            {op.statement.c_str(), &user_params}};
         auto o = co_await c->exec_pipeline(steps, query_timeout_);
-        co_return pg::map_operation(o, req.token);
+        co_return pg::map_operation(o, req.token, op.expose_errors);
     }
 
     void log_lost(const connection& c) {
@@ -820,6 +814,12 @@ public:
     }
 
     bool supports_operations() const noexcept override { return true; }
+
+    std::optional<std::size_t> operation_param_count(const std::string& name) const override {
+        const op_entry* op = core_->find_op(name);
+        const int n = op ? op->nparams.load() : -1;
+        return n < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(n));
+    }
 
     net::awaitable<operation_result> run_operation(operation_request req) override {
         const op_entry* op = core_->find_op(req.name);

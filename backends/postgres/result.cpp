@@ -74,6 +74,21 @@ template <class R> std::optional<R> transport_failure(const exec_outcome& o, boo
     return std::nullopt;
 }
 
+// The database's own text for an error of a user's statement: for the log.
+std::string server_text(const result_table& r) {
+    return r.detail.empty() ? r.message : r.message + " DETAIL: " + r.detail;
+}
+
+// What a client sees of such an error: the server's primary message where the operation
+// opts in, else only the SQLSTATE (the message may quote data from any table).
+std::string client_text(const result_table& r, bool expose_errors) {
+    if (expose_errors)
+        return r.message;
+    return "SQLSTATE " + r.sqlstate +
+           " (the database's message is logged, not returned; see the operation's "
+           "expose_errors)";
+}
+
 template <class R> R server_failure(const result_table& r) {
     if (transient_sqlstate(r.sqlstate))
         return failure<R>(errc::unavailable, "database error " + r.sqlstate + ": " + r.message);
@@ -358,7 +373,7 @@ list_result map_list(const exec_outcome& o, std::size_t limit) {
     return r;
 }
 
-operation_result map_operation(const exec_outcome& o, token_t token) {
+operation_result map_operation(const exec_outcome& o, token_t token, bool expose_errors) {
     // A server error for the fence step or the user's statement aborted the pipeline's
     // implicit transaction: definite, whatever happened to the connection afterwards.
     if (!o.results.empty() && o.results[0].server_error()) {
@@ -375,14 +390,16 @@ operation_result map_operation(const exec_outcome& o, token_t token) {
     }
     if (o.results.size() >= 2 && o.results[0].ok() && o.results[1].server_error()) {
         const auto& r = o.results[1];
-        if (transient_sqlstate(r.sqlstate)) {
-            auto f = failure<operation_result>(errc::unavailable,
-                                               "database error " + r.sqlstate + ": " + r.message);
-            f.sqlstate = r.sqlstate;
-            return f;
-        }
-        auto f = failure<operation_result>(errc::operation_failed, r.message);
+        auto f =
+            transient_sqlstate(r.sqlstate)
+                ? failure<operation_result>(errc::unavailable, "database error " + r.sqlstate +
+                                                                   ": " +
+                                                                   client_text(r, expose_errors))
+                : failure<operation_result>(
+                      errc::operation_failed,
+                      expose_errors ? r.message : "the statement failed: " + client_text(r, false));
         f.sqlstate = r.sqlstate;
+        f.server_message = server_text(r);
         return f;
     }
     if (auto f = transport_failure<operation_result>(o, true))
@@ -395,6 +412,21 @@ operation_result map_operation(const exec_outcome& o, token_t token) {
     r.rows_affected = parse_int(o.results[1].cmd_tuples).value_or(0);
     r.rows_json = rows_to_json(o.results[1]);
     return r;
+}
+
+operation_result map_prepare_failure(const result_table& r, std::string_view name,
+                                     bool expose_errors) {
+    operation_result f;
+    // No SQLSTATE: libpq's own message about the connection, not the server's.
+    const bool from_server = !r.sqlstate.empty();
+    f.error =
+        transient_sqlstate(r.sqlstate) || !from_server ? errc::unavailable : errc::operation_failed;
+    f.sqlstate = r.sqlstate;
+    f.message = "operation '" + std::string{name} +
+                "' does not prepare: " + (from_server ? client_text(r, expose_errors) : r.message);
+    if (from_server)
+        f.server_message = server_text(r);
+    return f;
 }
 
 std::string rows_to_json(const result_table& t) {

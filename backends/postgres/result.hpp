@@ -101,8 +101,15 @@ list_result map_list(const exec_outcome& o, std::size_t limit);
 
 // ---- named operations ----
 
-// The pipeline [fence step, user statement, Sync].
-operation_result map_operation(const exec_outcome& o, token_t token);
+// The pipeline [fence step, user statement, Sync]. An error of the user's statement
+// (422, or 503 when transient) carries the database's text in server_message, and in
+// message only with `expose_errors` (the operation's config): it may quote data from any
+// table, constraint or column names.
+operation_result map_operation(const exec_outcome& o, token_t token, bool expose_errors = false);
+// The user's statement `name` did not prepare (`r` is the error): 422 with its SQLSTATE,
+// or 503 when transient or the connection failed; the server's text as above.
+operation_result map_prepare_failure(const result_table& r, std::string_view name,
+                                     bool expose_errors);
 
 // Rows as a JSON array of objects (column → value): int2/int4/int8/oid, float4/float8 and
 // numeric as JSON numbers (NaN/Infinity as strings), bool as true/false, json/jsonb

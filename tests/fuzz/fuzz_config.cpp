@@ -41,7 +41,8 @@ std::string describe(const config::settings& s) {
         << s.postgres.connect_timeout.count() << '|' << s.postgres.statement_timeout.count() << '|'
         << s.postgres.fence_cache_size << '|' << s.shutdown_timeout.count();
     for (const auto& [name, op] : s.operations)
-        out << '|' << name.size() << ':' << name << '=' << op.sql.size() << ':' << op.sql;
+        out << '|' << name.size() << ':' << name << '=' << op.sql.size() << ':' << op.sql << ':'
+            << op.expose_errors;
     return out.str();
 }
 

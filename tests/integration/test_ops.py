@@ -5,6 +5,10 @@ drain, --check-config and the non-loopback warning, against the real binary.
 Tests that take a `store` run on the file store and, when FK_TEST_PG_URL is set, on
 Postgres. Never sends traffic to a non-loopback address.
 
+Also the hostile inputs of named SQL operations (issue 29, Postgres only): numbers reach
+the database as written, bodies cost what the statement takes, database errors stay in
+the log unless an operation exposes them, duplicate keys are refused.
+
     FENCEKEEPER_BIN=build/fencekeeper python3 tests/integration/test_ops.py [FILTER]
 """
 
@@ -1037,6 +1041,212 @@ def test_framing_errors_carry_request_id(store):
     wait_metric(p, S("fencekeeper_requests_total", route="not_found", code="431"), 1)
     wait_metric(p, S("fencekeeper_requests_total", route="not_found", code="400"), 1)
 
+
+
+# ---------------------------------------------------------------------------
+# Named SQL operations: hostile bodies and database errors (Postgres only)
+# ---------------------------------------------------------------------------
+
+def pg_with_user_schema(sql):
+    """A Postgres store and a fresh schema for the user's own tables, created by `sql`
+    (with {s} standing for the quoted schema name). Returns (store, quoted schema)."""
+    store = fk.pg_store()
+    if store is None:
+        raise fk.Skip("needs FK_TEST_PG_URL")
+    name = "u_" + fk.rand_name(10)
+    fk._pg_schemas.append(name)
+    quoted = '"%s"' % name
+    fk.psql(("CREATE SCHEMA %s; " % quoted) + sql.format(s=quoted))
+    return store, quoted
+
+
+def call_op(client, name, body, token=1, lock="ops/lock"):
+    """POST /v1/operations/NAME with `body` sent exactly as given (str or bytes)."""
+    return client.request("POST", "/v1/operations/" + name, body=body,
+                          headers={"Fencing-Token": str(token), "Fencing-Lock": lock,
+                                   "Content-Type": "application/json"})
+
+
+def test_operation_numbers_reach_postgres_as_written():
+    store, s = pg_with_user_schema(
+        "CREATE TABLE {s}.v (id serial PRIMARY KEY, n numeric, b bigint, f float8, t text);")
+    ops = {col: {"sql": "INSERT INTO %s.v (%s) VALUES ($1) RETURNING %s::text AS v" % (s, col, col)}
+           for col in ("n", "b", "f", "t")}
+    p = start(store, config={"operations": ops})
+    token = [0]
+
+    def put(col, number):
+        token[0] += 1
+        with p.client() as c:
+            return call_op(c, col, '{"params": [%s]}' % number, token=token[0])
+
+    def stored(col, number):
+        r = put(col, number)
+        expect_status(r, 200, "%s into %s" % (number, col))
+        return r.json()["rows"][0]["v"]
+
+    # numeric: every digit, whatever a double would have kept.
+    eq(stored("n", "123456789012345678901234567890"), "123456789012345678901234567890", "numeric")
+    eq(stored("n", "0.30000000000000000001"), "0.30000000000000000001", "numeric")
+    eq(stored("n", "-9223372036854775809"), "-9223372036854775809", "numeric")
+    tiny = stored("n", "1e-400")
+    eq(tiny, "0." + "0" * 399 + "1", "1e-400 into numeric")
+    # bigint: the exact limits; beyond them the database refuses, nothing is rounded in.
+    eq(stored("b", "9223372036854775807"), "9223372036854775807", "bigint max")
+    eq(stored("b", "-9223372036854775808"), "-9223372036854775808", "bigint min")
+    for n in ("9223372036854775808", "123456789012345678901234567890", "1.5"):
+        r = put("b", n)
+        body = expect_error(r, 422, "operation_failed", "%s into bigint" % n)
+        check(body.get("sqlstate") in ("22003", "22P02"), "bigint refusal: %r" % body)
+    # float8: the server's cast decides; a value it cannot hold is refused, not made 0.
+    eq(float(stored("f", "0.1")), 0.1, "float8 0.1")
+    eq(float(stored("f", "1.7976931348623157e308")), 1.7976931348623157e308, "float8 max")
+    r = put("f", "1e-400")
+    eq(expect_error(r, 422, "operation_failed", "1e-400 into float8").get("sqlstate"), "22003",
+       "float8 underflow sqlstate")
+    # text: the number's own spelling.
+    for n in ("18446744073709551616", "1E+5", "-0", "1.10", "0.30000000000000000001",
+              "123456789012345678901234567890"):
+        eq(stored("t", n), n, "%s into text" % n)
+    # Beyond a double's range: 400 naming the fix, nothing written.
+    rows_before = fk.psql("SELECT count(*) FROM %s.v" % s).strip()
+    r = put("n", "1e400")
+    check("string" in expect_error(r, 400, "invalid_request", "1e400")["message"],
+          "1e400: the message says to send it as a string")
+    eq(stored("n", '"1e400"'), "1" + "0" * 400, "1e400 as a string into numeric")
+    eq(fk.psql("SELECT count(*) FROM %s.v" % s).strip(), str(int(rows_before) + 1),
+       "only the string form wrote a row")
+
+
+def vm_hwm_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise CheckFailed("no VmHWM for pid %d" % pid)
+
+
+def test_operation_body_with_far_too_many_params():
+    store, s = pg_with_user_schema("CREATE TABLE {s}.t (v text);")
+    p = start(store, config={"operations": {"one": {"sql": "SELECT $1::text AS v"}}})
+    skip_under_asan(p)
+    with p.client() as c:
+        # The statement is prepared (its parameter count known) once this succeeds.
+        r = call_op(c, "one", '{"params": ["warm"]}')
+        expect_status(r, 200, "warm-up")
+        eq(r.json()["rows"], [{"v": "warm"}], "warm-up rows")
+    # 4M parameters, 8,000,013 bytes (under the default 8 MiB body limit), for a statement
+    # that takes one.
+    body = b'{"params":[' + b",".join([b"1"] * 4000000) + b"]}"
+    before = vm_hwm_kib(p.pid)
+    with p.client() as c:
+        r = call_op(c, "one", body, token=2)
+        eq(expect_error(r, 400, "invalid_request", "4M params")["message"],
+           "operation 'one' takes 1 parameter, got more than 1", "message")
+    growth_mib = (vm_hwm_kib(p.pid) - before) / 1024.0
+    print("peak RSS growth for one 8 MiB body: %.1f MiB" % growth_mib)
+    # The body is held while it is read (8 MiB, plus Beast's read buffer and the string
+    # growing into it: at most about 3x the body), and parsing stops at the second
+    # parameter; measured: about 8 MiB. 64 MiB leaves more than twice the worst case; a
+    # parse of all 4M parameters into a JSON tree raised the peak by 300-400 MiB.
+    check(growth_mib < 64, "peak RSS grew by %.1f MiB for one 8 MiB body" % growth_mib)
+
+    # Three at once, while /healthz is asked: each gets its 400, the probe keeps answering.
+    def big(i):
+        with p.client() as c:
+            return call_op(c, "one", body, token=3 + i).status
+
+    done = threading.Event()
+    probes = []
+
+    def probe():
+        with p.client(timeout=30) as c:
+            while True:
+                probes.append(c.healthz().status)
+                if done.is_set():
+                    break
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    try:
+        eq(fk.parallel(big, 3), [400, 400, 400], "three large bodies")
+    finally:
+        done.set()
+        t.join(30)
+    check(probes and set(probes) == {200}, "/healthz during the large bodies: %r" % probes[:10])
+    with p.client() as c:
+        expect_status(c.healthz(), 200, "/healthz after")
+        expect_status(call_op(c, "one", '{"params": ["x"]}', token=9), 200, "a good call after")
+        eq(c.fence("ops/lock").json()["token"], 9, "refused bodies never moved the fence")
+    # Large bodies were parsed on the parse thread; SIGTERM joins it and exits cleanly.
+    eq(p.stop(), 0, "exit status after SIGTERM")
+
+
+def test_operation_errors_stay_in_the_log():
+    secret = "s3cret-" + fk.rand_name(8)
+    store, s = pg_with_user_schema(
+        "CREATE TABLE {s}.secrets (v text); INSERT INTO {s}.secrets VALUES ('%s');"
+        "CREATE TABLE {s}.accounts (id int CONSTRAINT accounts_private_pkey PRIMARY KEY);"
+        "INSERT INTO {s}.accounts VALUES (1);" % secret)
+    leak = "SELECT v::int AS n FROM %s.secrets" % s
+    dup = "INSERT INTO %s.accounts VALUES ($1)" % s
+    broken = "SELECT hidden_column FROM %s.hidden_table_xyz" % s
+    ops = {"leak": {"sql": leak}, "dup": {"sql": dup}, "broken": {"sql": broken},
+           "leak_exposed": {"sql": leak, "expose_errors": True},
+           "broken_exposed": {"sql": broken, "expose_errors": True}}
+    p = start(store, config={"operations": ops})
+    with p.client() as c:
+        # A value from another table, in the cast error.
+        r = call_op(c, "leak", '{"params": []}', token=1)
+        body = expect_error(r, 422, "operation_failed", "leak")
+        eq(body.get("sqlstate"), "22P02", "leak sqlstate")
+        check(secret not in r.text, "the reply quotes the other table's value: %s" % r.text)
+        # Constraint and table names, in a unique violation.
+        r = call_op(c, "dup", '{"params": [1]}', token=2)
+        eq(expect_error(r, 422, "operation_failed", "dup").get("sqlstate"), "23505", "dup sqlstate")
+        for word in ("accounts_private_pkey", "accounts", "(id)"):
+            check(word not in r.text, "the reply names %r: %s" % (word, r.text))
+        # A statement that does not prepare: no SQL fragment, table or column name.
+        r = call_op(c, "broken", '{"params": []}', token=3)
+        eq(expect_error(r, 422, "operation_failed", "broken").get("sqlstate"), "42P01",
+           "broken sqlstate")
+        for word in ("hidden_table_xyz", "hidden_column", s.strip('"')):
+            check(word not in r.text, "the reply names %r: %s" % (word, r.text))
+        # Where the config opts in, the database's message is returned.
+        r = call_op(c, "leak_exposed", '{"params": []}', token=4)
+        expect_error(r, 422, "operation_failed", "leak_exposed")
+        check(secret in r.json()["message"], "exposed: %s" % r.text)
+        r = call_op(c, "broken_exposed", '{"params": []}', token=5)
+        expect_error(r, 422, "operation_failed", "broken_exposed")
+        check("hidden_table_xyz" in r.json()["message"], "exposed: %s" % r.text)
+        expect_error(c.fence("ops/lock"), 404, "not_found", "failed statements set no fence")
+    # The full text is in the server's log, with the request's id.
+    line = p.wait_log(lambda o: o.get("msg") == "operation error" and o.get("operation") == "leak")
+    check(secret in line.get("detail", ""), "the log has the database's message: %r" % line)
+    eq(line.get("sqlstate"), "22P02", "logged sqlstate")
+    check(line.get("request_id"), "logged request_id")
+    line = p.wait_log(lambda o: o.get("msg") == "operation error" and o.get("operation") == "dup")
+    check("accounts_private_pkey" in line.get("detail", "") and "(id)=(1)" in line.get("detail", ""),
+          "the log has the message and its DETAIL: %r" % line)
+
+
+def test_operation_body_duplicate_keys():
+    store, s = pg_with_user_schema("")
+    p = start(store, config={"operations": {"echo": {"sql": "SELECT $1::text AS v"}}})
+    with p.client() as c:
+        for body in ('{"params":[1],"params":["x"]}', '{"params":[{"a":1,"a":2}]}'):
+            r = call_op(c, "echo", body, token=1)
+            msg = expect_error(r, 400, "invalid_request", body)["message"]
+            check("duplicate key" in msg, "%s: %s" % (body, msg))
+        expect_error(c.fence("ops/lock"), 404, "not_found", "nothing ran, no fence")
+        r = call_op(c, "echo", '{"params":[{"a":1,"b":{"a":2}}]}', token=1)
+        expect_status(r, 200, "the same key in different objects")
+        eq(r.json()["rows"], [{"v": '{"a":1,"b":{"a":2}}'}], "the object as written")
+        # Operations need Fencing-Lock (README's API table).
+        r = c.request("POST", "/v1/operations/echo", body='{"params":["x"]}',
+                      headers={"Fencing-Token": "5"})
+        check("Fencing-Lock" in expect_error(r, 400, "invalid_request", "no Fencing-Lock")["message"],
+              "the message names Fencing-Lock")
 
 if __name__ == "__main__":
     fk.main(globals())

@@ -21,9 +21,20 @@ void memory_store::stop() {
     stopped_ = true;
 }
 
-void memory_store::add_operation(std::string name, operation_fn fn) {
+void memory_store::add_operation(std::string name, operation_fn fn,
+                                 std::optional<std::size_t> takes) {
     std::lock_guard lock{mu_};
+    if (takes)
+        param_counts_[name] = *takes;
+    else
+        param_counts_.erase(name);
     operations_[std::move(name)] = std::move(fn);
+}
+
+std::optional<std::size_t> memory_store::operation_param_count(const std::string& name) const {
+    std::lock_guard lock{mu_};
+    auto it = param_counts_.find(name);
+    return it == param_counts_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
 }
 
 void memory_store::fail_next(errc e, int count) {

@@ -37,13 +37,16 @@ public:
     bool supports_operations() const noexcept override { return !operations_.empty(); }
     net::awaitable<fk::store::operation_result>
     run_operation(fk::store::operation_request req) override;
+    std::optional<std::size_t> operation_param_count(const std::string& name) const override;
 
     bool ready() const noexcept override { return ready_.load(); }
     void stop() override;
 
     // Test controls.
     void set_ready(bool ready) noexcept { ready_.store(ready); }
-    void add_operation(std::string name, operation_fn fn);
+    // `takes`: the parameter count operation_param_count reports (none: unknown).
+    void add_operation(std::string name, operation_fn fn,
+                       std::optional<std::size_t> takes = std::nullopt);
     // The next `count` store calls fail with `e` (unavailable, outcome_unknown, internal...).
     void fail_next(errc e, int count = 1);
     // Milliseconds since the epoch used for updated_at; defaults to the system clock.
@@ -82,6 +85,7 @@ private:
     std::map<std::string, key_entry> keys_;     // std::map<std::string>: bytewise order
     std::map<std::string, fence_entry> fences_; // bytewise order, as the listing needs
     std::map<std::string, operation_fn> operations_;
+    std::map<std::string, std::size_t> param_counts_;
     std::function<std::int64_t()> now_ms_;
     errc fail_with_ = errc::ok;
     int fail_count_ = 0;

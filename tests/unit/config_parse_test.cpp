@@ -473,6 +473,30 @@ TEST_CASE("apply_json: operations") {
           "operations.a.sql: must not contain a NUL character");
 }
 
+TEST_CASE("apply_json: operations.NAME.expose_errors") {
+    const auto s = json_ok(R"({"operations": {"a": {"sql": "SELECT 1"},
+                                              "b": {"sql": "SELECT 2", "expose_errors": true},
+                                              "c": {"expose_errors": false, "sql": "SELECT 3"}}})");
+    CHECK_FALSE(s.operations.at("a").expose_errors);
+    CHECK(s.operations.at("b").expose_errors);
+    CHECK(s.operations.at("b").sql == "SELECT 2");
+    CHECK_FALSE(s.operations.at("c").expose_errors);
+    for (const char* v : {"1", "\"true\"", "null", "{}"}) {
+        CAPTURE(v);
+        CHECK(json_err(std::string(R"({"operations": {"a": {"sql": "x", "expose_errors": )") + v +
+                       "}}}")
+                  .rfind("operations.a.expose_errors: expected true or false, got ", 0) == 0);
+    }
+    // Still exactly these two keys, sql required.
+    CHECK(json_err(R"({"operations": {"a": {"sql": "x", "expose_error": true}}})") ==
+          "unknown key 'operations.a.expose_error'");
+    CHECK(json_err(R"({"operations": {"a": {"expose_errors": true}}})")
+              .rfind("operations.a.sql: missing", 0) == 0);
+    CHECK(json_err(R"({"operations": {"a": {"sql": "x", "expose_errors": true,
+                                            "expose_errors": false}}})") ==
+          "duplicate key 'operations.a.expose_errors'");
+}
+
 TEST_CASE("apply_json: malformed documents") {
     const auto e = json_err("{\"threads\": 2,\n \"listen\" \"x\"}");
     CHECK(e.rfind("invalid JSON: ", 0) == 0);

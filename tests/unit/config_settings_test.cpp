@@ -100,6 +100,7 @@ TEST_CASE("the example configs parse") {
         REQUIRE(s.operations.count("credit") == 1);
         CHECK(s.operations.at("credit").sql ==
               "UPDATE accounts SET balance = balance + $1 WHERE id = $2 RETURNING balance");
+        CHECK_FALSE(s.operations.at("credit").expose_errors);
     }
     SUBCASE("through --config") {
         const auto r = parse_command_line(

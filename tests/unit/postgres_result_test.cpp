@@ -211,6 +211,65 @@ TEST_CASE("operation pipeline outcomes") {
     CHECK(map_operation(o, 8).error == errc::unavailable);
 }
 
+TEST_CASE("operation errors: the database's text only where the operation exposes it") {
+    result_table fence_ok;
+    fence_ok.st = result_table::status::tuples_ok;
+    result_table sync;
+    sync.st = result_table::status::pipeline_sync;
+    // What Postgres says when a value from another table fails a cast, with its DETAIL.
+    result_table leak;
+    leak.st = result_table::status::error;
+    leak.sqlstate = "22P02";
+    leak.message = R"(invalid input syntax for type integer: "s3cret-value")";
+    leak.detail = "Key (secret_column)=(s3cret-detail).";
+    exec_outcome o;
+    o.results = {fence_ok, leak, sync};
+
+    auto r = map_operation(o, 8);
+    CHECK(r.error == errc::operation_failed);
+    CHECK(r.sqlstate == "22P02");
+    CHECK(r.message.find("s3cret") == std::string::npos);
+    CHECK(r.message.find("SQLSTATE 22P02") != std::string::npos);
+    CHECK(r.server_message == leak.message + " DETAIL: " + leak.detail);
+    r = map_operation(o, 8, true);
+    CHECK(r.error == errc::operation_failed);
+    CHECK(r.message == leak.message);
+    CHECK(r.server_message == leak.message + " DETAIL: " + leak.detail);
+
+    // Transient: 503, the same rule.
+    leak.sqlstate = "40001";
+    o.results = {fence_ok, leak, sync};
+    r = map_operation(o, 8);
+    CHECK(r.error == errc::unavailable);
+    CHECK(r.message.find("s3cret") == std::string::npos);
+    CHECK(r.message.find("40001") != std::string::npos);
+    CHECK(r.server_message.find("s3cret-value") != std::string::npos);
+    CHECK(map_operation(o, 8, true).message.find("s3cret-value") != std::string::npos);
+
+    // A statement that does not prepare: no SQL fragment, table or column name.
+    result_table prep;
+    prep.st = result_table::status::error;
+    prep.sqlstate = "42P01";
+    prep.message = R"(relation "hidden_table" does not exist)";
+    r = map_prepare_failure(prep, "credit", false);
+    CHECK(r.error == errc::operation_failed);
+    CHECK(r.sqlstate == "42P01");
+    CHECK(r.message.find("hidden_table") == std::string::npos);
+    CHECK(r.message.find("operation 'credit' does not prepare: SQLSTATE 42P01") == 0);
+    CHECK(r.server_message == prep.message);
+    r = map_prepare_failure(prep, "credit", true);
+    CHECK(r.message == "operation 'credit' does not prepare: " + prep.message);
+    prep.sqlstate = "57P03";
+    CHECK(map_prepare_failure(prep, "credit", false).error == errc::unavailable);
+    // libpq's own error (no SQLSTATE) is about the connection: 503, shown as it is.
+    prep.sqlstate.clear();
+    prep.message = "server closed the connection unexpectedly";
+    r = map_prepare_failure(prep, "credit", false);
+    CHECK(r.error == errc::unavailable);
+    CHECK(r.message == "operation 'credit' does not prepare: " + prep.message);
+    CHECK(r.server_message.empty());
+}
+
 TEST_CASE("rows_to_json by type") {
     result_table t;
     t.st = result_table::status::tuples_ok;

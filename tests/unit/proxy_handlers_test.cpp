@@ -76,6 +76,10 @@ std::string error_of(const response& res) {
     return j.value("error", "");
 }
 
+bool contains(const std::string& s, std::string_view part) {
+    return s.find(part) != std::string::npos;
+}
+
 std::string field(const response& res, std::string_view name) {
     return std::string{std::string_view{res[name]}};
 }
@@ -515,6 +519,69 @@ TEST_CASE("handlers: operations") {
         CHECK(error_of(req(deep, fenced)) == "invalid_request");
         CHECK(seen.empty());
         CHECK_FALSE(f.store.fence_of("acct"));
+    }
+    SUBCASE("numbers reach the store as written") {
+        auto r = req(R"({"params":[123456789012345678901234567890, 0.30000000000000000001,
+                                   1e-400, 18446744073709551616, -0, [1.10]]})",
+                     fenced);
+        CHECK(r.result_int() == 200);
+        CHECK(seen == std::vector<std::optional<std::string>>{
+                          "123456789012345678901234567890", "0.30000000000000000001", "1e-400",
+                          "18446744073709551616", "-0", "[1.10]"});
+    }
+    SUBCASE("a duplicate key is refused") {
+        for (const char* body :
+             {R"({"params":[1],"params":["x"]})", R"({"params":[{"a":1,"a":2}]})"}) {
+            CAPTURE(body);
+            auto r = req(body, fenced);
+            CHECK(r.result_int() == 400);
+            CHECK(error_of(r) == "invalid_request");
+            CHECK(contains(json_of(r)["message"].get<std::string>(), "duplicate key"));
+        }
+        CHECK(seen.empty());
+        CHECK_FALSE(f.store.fence_of("acct"));
+    }
+    SUBCASE("far more parameters than the statement takes: 400 naming its count") {
+        f.store.add_operation(
+            "one",
+            [&](const fk::store::operation_request& o) {
+                seen = o.params;
+                return fk::store::operation_result{};
+            },
+            1);
+        std::string body = R"({"params":["a")";
+        for (int i = 0; i < 1'000'000; ++i)
+            body += ",1";
+        body += "]}";
+        auto r = f.send(verb::post, "/v1/operations/one", fenced, body);
+        CHECK(r.result_int() == 400);
+        CHECK(error_of(r) == "invalid_request");
+        CHECK(json_of(r)["message"] == "operation 'one' takes 1 parameter, got more than 1");
+        CHECK(seen.empty());
+        CHECK_FALSE(f.store.fence_of("acct"));
+        auto fine = f.send(verb::post, "/v1/operations/one", fenced, R"({"params":["a"]})");
+        CHECK(fine.result_int() == 200);
+        CHECK(seen == std::vector<std::optional<std::string>>{"a"});
+        // A large body (parsed off the request's thread) gives the same answer.
+        const std::string large(200'000, 'x');
+        fine = f.send(verb::post, "/v1/operations/one", fenced, R"({"params":[")" + large + "\"]}");
+        CHECK(fine.result_int() == 200);
+        CHECK(seen == std::vector<std::optional<std::string>>{large});
+    }
+    SUBCASE("the database's text is logged, not returned") {
+        f.store.add_operation("leaks", [](const fk::store::operation_request&) {
+            fk::store::operation_result r;
+            r.error = errc::operation_failed;
+            r.sqlstate = "22P02";
+            r.message = "the statement failed: SQLSTATE 22P02";
+            r.server_message = "invalid input syntax for type integer: \"s3cret\"";
+            return r;
+        });
+        auto r = f.send(verb::post, "/v1/operations/leaks", fenced, R"({"params":[]})");
+        CHECK(r.result_int() == 422);
+        CHECK(json_of(r)["sqlstate"] == "22P02");
+        CHECK(json_of(r)["message"] == "the statement failed: SQLSTATE 22P02");
+        CHECK_FALSE(contains(r.body(), "s3cret"));
     }
     SUBCASE("stale") {
         f.send(verb::put, "/v1/fences/acct", {{"Fencing-Token", "9"}});
