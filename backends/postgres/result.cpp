@@ -41,13 +41,6 @@ std::string text_at(const result_table& t, std::size_t row, std::size_t col) {
     return c && *c ? **c : std::string();
 }
 
-template <class R> R failure(errc e, std::string message) {
-    R r;
-    r.error = e;
-    r.message = std::move(message);
-    return r;
-}
-
 // The failures shared by every exchange. `definite_if_unsent` is always true: a request
 // that never completely left us cannot have committed.
 template <class R> std::optional<R> transport_failure(const exec_outcome& o, bool is_write) {
