@@ -89,7 +89,7 @@ public:
 
     net::awaitable<write_result> advance_fence(std::string lock, token_t token) override {
         if (auto bound = cache_.stale_bound(lock, token))
-            co_return stale<write_result>(token, *bound);
+            co_return stale<write_result>(*bound);
         const auto params = pg::sql::advance_params(lock, token);
         auto r = co_await write(pg::sql::name::advance, params, token, false, true);
         if (r.error == errc::ok)
@@ -126,7 +126,7 @@ public:
             co_return pg::failure<operation_result>(errc::not_found,
                                                     "no operation '" + req.name + "'");
         if (auto bound = cache_.stale_bound(req.lock, req.token))
-            co_return stale<operation_result>(req.token, *bound);
+            co_return stale<operation_result>(*bound);
         const std::string lock = req.lock;
         const token_t token = req.token;
         auto a = co_await pool_->acquire();
@@ -153,12 +153,11 @@ public:
     }
 
 private:
-    template <class R> static R stale(token_t token, token_t fence) {
+    // The proxy words the reply (proxy/error_response.cpp): the store reports the fence.
+    template <class R> static R stale(token_t fence) {
         R r;
         r.error = errc::stale_token;
         r.current_token = fence;
-        r.message = "fencing token " + std::to_string(token) + " is below the fence " +
-                    std::to_string(fence);
         return r;
     }
 
@@ -168,7 +167,7 @@ private:
                                              token_t token) {
         if (auto bound = cache_.stale_bound(lock, token))
             if (cache_.key_known_under(key, lock))
-                return stale<write_result>(token, *bound);
+                return stale<write_result>(*bound);
         return std::nullopt;
     }
 

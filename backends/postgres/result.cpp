@@ -158,7 +158,6 @@ write_mapping map_write_cells(const result_table& t, std::size_t row, std::size_
     if (bool_at(t, row, o + 0)) {
         m.result.error = errc::lock_mismatch;
         m.result.lock = text_at(t, row, o + 2);
-        m.result.message = "the key belongs to lock '" + m.result.lock + "'";
         return m;
     }
     if (auto applied = int_at(t, row, o + 3)) {
@@ -173,13 +172,10 @@ write_mapping map_write_cells(const result_table& t, std::size_t row, std::size_
     if (seen && *seen > token) {
         m.result.error = errc::stale_token;
         m.result.current_token = *seen;
-        m.result.message = "fencing token " + std::to_string(token) + " is below the fence " +
-                           std::to_string(*seen);
         return m;
     }
     if (bool_at(t, row, o + 1)) {
         m.result.error = errc::precondition_failed;
-        m.result.message = "precondition failed";
         return m;
     }
     // The fence step refused the token, yet our snapshot shows a fence at or below it: a
@@ -272,8 +268,6 @@ write_mapping map_advance_row(const result_table& t, token_t token) {
     if (auto seen = int_at(t, 0, 1); seen && *seen > token) {
         m.result.error = errc::stale_token;
         m.result.current_token = *seen;
-        m.result.message = "fencing token " + std::to_string(token) + " is below the fence " +
-                           std::to_string(*seen);
         return m;
     }
     m.retry = true;
@@ -375,8 +369,6 @@ operation_result map_operation(const exec_outcome& o, token_t token, bool expose
             operation_result s;
             s.error = errc::stale_token;
             s.current_token = parse_int(r.detail).value_or(0);
-            s.message =
-                "fencing token " + std::to_string(token) + " is below the fence " + r.detail;
             return s;
         }
         return server_failure<operation_result>(r);
