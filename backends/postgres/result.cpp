@@ -1,3 +1,6 @@
+// Longer than 400 lines because every mapping here (writes, batches, reads, listing,
+// operations, rows as JSON) decides with the same failure classification at the top:
+// splitting it would spread the one rule of what a client may retry over several files.
 #include "backends/postgres/result.hpp"
 
 #include "backends/postgres/sql.hpp"
