@@ -47,7 +47,9 @@ struct write_result {
     token_t token = 0;         // ok: the fence after the step
     token_t current_token = 0; // stale_token: the fence that rejected the write
     std::string lock;          // lock_mismatch: the lock the key belongs to
-    std::string message;       // human-readable detail for errors
+    // Detail for the other errors. stale_token, lock_mismatch and precondition_failed are
+    // data (the fields above); the proxy words their replies (proxy/error_response.cpp).
+    std::string message;
 };
 
 struct object_result {

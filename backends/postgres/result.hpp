@@ -120,4 +120,16 @@ std::string rows_to_json(const result_table& t);
 std::optional<std::int64_t> decode_int8(std::string_view bytes) noexcept;
 std::optional<std::int64_t> parse_int(std::string_view text) noexcept;
 
+// A result of type R (write_result, operation_result, ...) carrying error `e`.
+template <class R> R failure(errc e, std::string message) {
+    R r;
+    r.error = e;
+    r.message = std::move(message);
+    return r;
+}
+// A refusal before anything was sent (no connection, the store stopping): 503.
+template <class R> R unavailable(std::string message) {
+    return failure<R>(errc::unavailable, std::move(message));
+}
+
 } // namespace fk::store::pg

@@ -6,7 +6,7 @@
 //
 // one batch at a time, back to back, for SECONDS, and checks that every write of every
 // batch was applied. The statements and their binary array parameters come from the very
-// functions the store uses (backends/postgres/sql.cpp: batch_begin_sql, write_batch_sql,
+// functions the store uses (backends/postgres/sql/: batch_begin_sql, write_batch_sql,
 // write_batch_params), so this measures the statement fencekeeper sends, minus HTTP, the
 // proxy's own CPU and its turnaround between batches. Keys and locks are TAG-n, the
 // token is n, bodies BODY_BYTES of 'x', as in P's wrk load. The schema must exist (start

@@ -1,5 +1,5 @@
 -- The fenced single-row upsert fencekeeper prepares as "fk_put" for every PUT
--- (backends/postgres/sql.cpp, put_sql), with $1..$8 written as pgbench variables.
+-- (backends/postgres/sql/statements.cpp, put_sql), with $1..$8 written as pgbench variables.
 -- GENERATED: do not edit. tests/unit/postgres_bench_sql_test.cpp checks that it equals
 -- sql::bench_pgbench_script("fencekeeper"); FK_UPDATE_BENCH_SQL=1 ./unit_postgres rewrites it.
 --

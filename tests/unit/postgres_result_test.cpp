@@ -62,6 +62,29 @@ TEST_CASE("write row: order is lock_mismatch, stale, precondition") {
     CHECK(m.result.error == errc::precondition_failed);
 }
 
+// The store reports data; the proxy words the reply (proxy/error_response.cpp).
+TEST_CASE("refused writes carry data, no text") {
+    auto m = map_write_row(write_row(true, false, "other", {}, {}, {}, "1"), 5, true);
+    CHECK(m.result.error == errc::lock_mismatch);
+    CHECK(m.result.message.empty());
+    m = map_write_row(write_row(false, false, {}, {}, {}, {}, "9"), 5, true);
+    CHECK(m.result.error == errc::stale_token);
+    CHECK(m.result.message.empty());
+    m = map_write_row(write_row(false, true, {}, {}, {}, {}, "5"), 5, true);
+    CHECK(m.result.error == errc::precondition_failed);
+    CHECK(m.result.message.empty());
+    result_table t;
+    t.st = result_table::status::tuples_ok;
+    t.columns = {{"applied", 20}, {"seen_fence", 20}};
+    t.rows = {{std::nullopt, cellv("12")}};
+    CHECK(map_advance_row(t, 9).result.message.empty());
+    exec_outcome o = ok_with(server_error("FKST1", "12"));
+    auto op = map_operation(o, 3);
+    CHECK(op.error == errc::stale_token);
+    CHECK(op.current_token == 12);
+    CHECK(op.message.empty());
+}
+
 TEST_CASE("write row: a fence that moved after the snapshot asks for a re-run") {
     auto m = map_write_row(write_row(false, false, {}, {}, {}, {}, "3"), 5, true);
     CHECK(m.retry);

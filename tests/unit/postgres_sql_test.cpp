@@ -1,3 +1,5 @@
+// The pure encoders of backends/postgres/sql/, checked by value. What the statements do is
+// checked against a real database (tests/integration/test_postgres_*.py, test_contract.py).
 #include "backends/postgres/sql.hpp"
 
 #include <doctest/doctest.h>
@@ -16,78 +18,6 @@ TEST_CASE("schema names") {
     CHECK_FALSE(sql::valid_schema_name("a$b"));
     CHECK_FALSE(sql::valid_schema_name(std::string(64, 'a')));
     CHECK_FALSE(sql::valid_schema_name(std::string("a\0b", 3)));
-}
-
-TEST_CASE("prefix_successor bounds exactly the strings with the prefix") {
-    CHECK_FALSE(sql::prefix_successor("").has_value());
-    CHECK(sql::prefix_successor("abc") == "abd");
-    CHECK(sql::prefix_successor("a/") == "a0");
-    CHECK(sql::prefix_successor("\x7e") == "\x7f");
-    CHECK(sql::prefix_successor("\x7f") == "\xc2\x80");                 // U+007F → U+0080
-    CHECK(sql::prefix_successor("\xc3\xbf") == "\xc4\x80");             // ÿ → Ā
-    CHECK(sql::prefix_successor("\xed\x9f\xbf") == "\xee\x80\x80");     // U+D7FF → U+E000
-    CHECK(sql::prefix_successor("\xef\xbf\xbf") == "\xf0\x90\x80\x80"); // U+FFFF → U+10000
-    CHECK(sql::prefix_successor("a\xf4\x8f\xbf\xbf") == "b");           // U+10FFFF dropped
-    CHECK_FALSE(sql::prefix_successor("\xf4\x8f\xbf\xbf").has_value());
-    // Every string with the prefix sorts below the successor, bytewise.
-    const std::string p = "r\xc3\xa9sum";
-    const auto s = *sql::prefix_successor(p);
-    for (std::string tail : {"", "\xf4\x8f\xbf\xbf", "zzz", "\xc3\xbf"})
-        CHECK(p + tail < s);
-    CHECK(s > p);
-}
-
-TEST_CASE("put statement: one CTE, fence step before the data, checks in the fence WHERE") {
-    const auto s = sql::put_sql("fk");
-    CHECK(s.rfind("WITH k AS MATERIALIZED", 0) == 0);
-    CHECK(s.find("FOR UPDATE") != std::string::npos);
-    CHECK(s.find("INSERT INTO \"fk\".fences AS fe") != std::string::npos);
-    CHECK(s.find("WHERE NOT c.mismatch AND NOT c.pre_failed") != std::string::npos);
-    CHECK(s.find("WHERE fe.token <= EXCLUDED.token") != std::string::npos);
-    // The data write reads from the fence step, so it happens only when that returned a row.
-    CHECK(s.find("FROM f\n  ON CONFLICT (key)") != std::string::npos);
-    CHECK(s.find("$4::bytea") != std::string::npos);
-    CHECK(s.find("fk_raise('FKR01'") != std::string::npos);
-    CHECK(s.find("$9") == std::string::npos);
-    // Exactly one statement.
-    CHECK(s.find(';') == std::string::npos);
-}
-
-TEST_CASE("delete statement tombstones and keeps the version") {
-    const auto s = sql::delete_sql("fk");
-    CHECK(s.find("UPDATE \"fk\".resources r SET deleted = true") != std::string::npos);
-    CHECK(s.find("version = r.version + 1") == std::string::npos);
-    CHECK(s.find("$6::boolean") != std::string::npos);
-    CHECK(s.find("$7") == std::string::npos);
-    CHECK(s.find("$4::bytea") == std::string::npos);
-}
-
-TEST_CASE("advance and op fence step") {
-    CHECK(sql::advance_sql("s").find("ON CONFLICT (lock) DO UPDATE") != std::string::npos);
-    CHECK(sql::op_fence_sql("s") == "SELECT \"s\".fk_fence_step($1::text, $2::bigint)");
-}
-
-TEST_CASE("migration is versioned, locked and idempotent") {
-    const auto m = sql::migration_script("my\"schema");
-    CHECK(m.find("pg_advisory_xact_lock") < m.find("CREATE SCHEMA IF NOT EXISTS"));
-    CHECK(m.find("\"my\"\"schema\".fences") != std::string::npos);
-    CHECK(m.find("hashtext('my\"schema')") != std::string::npos);
-    CHECK(m.find("lock text COLLATE \"C\" PRIMARY KEY") != std::string::npos);
-    CHECK(m.find("key text COLLATE \"C\" PRIMARY KEY") != std::string::npos);
-    CHECK(m.find("IF v < 1 THEN") != std::string::npos);
-    CHECK(m.find("ERRCODE = 'FKV01'") != std::string::npos);
-    CHECK(m.find("BEGIN;") == std::string::npos); // one implicit transaction
-}
-
-TEST_CASE("prepared statements have distinct names and the right parameter counts") {
-    const auto all = sql::prepared_statements("fk");
-    for (const auto& st : all) {
-        INFO(st.name);
-        if (st.nparams > 0)
-            CHECK(st.text.find("$" + std::to_string(st.nparams)) != std::string::npos);
-        CHECK(st.text.find("$" + std::to_string(st.nparams + 1)) == std::string::npos);
-    }
-    CHECK(sql::op_statement_name(3) == "fk_op_3");
 }
 
 TEST_CASE("put params: text except the binary body, If-Match 0 when absent") {
@@ -133,4 +63,46 @@ TEST_CASE("list params: bounded by the prefix successor, limit + 1") {
     CHECK(std::string(q.statement) == sql::name::list_open);
     REQUIRE(q.params.size() == 3);
     CHECK(*q.params[1].text == "m");
+}
+
+TEST_CASE("quote_literal doubles single quotes only") {
+    CHECK(sql::quote_literal("it's") == "'it''s'");
+    CHECK(sql::quote_literal("a\\b\"c") == "'a\\b\"c'");
+}
+
+TEST_CASE("binary arrays: header, then each element with its length, big-endian") {
+    sql::array_builder b(sql::oid_int8, 2);
+    b.add_int8(1);
+    b.add_int8(-2);
+    const std::string want("\0\0\0\1"                                    // one dimension
+                           "\0\0\0\0"                                    // no NULLs
+                           "\0\0\0\x14"                                  // int8
+                           "\0\0\0\2"                                    // two elements
+                           "\0\0\0\1"                                    // lower bound 1
+                           "\0\0\0\x08\0\0\0\0\0\0\0\1"                  // 1
+                           "\0\0\0\x08\xff\xff\xff\xff\xff\xff\xff\xfe", // -2
+                           44);
+    CHECK(std::move(b).finish() == want);
+    sql::array_builder t(sql::oid_bool, 1);
+    t.add_bool(true);
+    CHECK(std::move(t).finish().substr(20) == std::string("\0\0\0\1\1", 5));
+}
+
+TEST_CASE("batch params: nine binary arrays; a delete carries no body") {
+    std::vector<sql::batch_item> items(2);
+    items[0] = {"k1", "L1", 7, false, std::string_view("a\0b", 3), "text/plain", {}};
+    items[1] = {"k2", "L2", 8, true, "ignored", "ignored", {}};
+    items[1].pre.if_match = 0;
+    const auto p = sql::write_batch_params(items);
+    REQUIRE(p.size() == 9);
+    for (const auto& x : p)
+        CHECK(x.is_binary);
+    sql::array_builder body(sql::oid_bytea, 2);
+    body.add(std::string_view("a\0b", 3));
+    body.add({});
+    CHECK(p[3].binary_value() == std::move(body).finish());
+    sql::array_builder if_match(sql::oid_int8, 2);
+    if_match.add_int8(0);  // none
+    if_match.add_int8(-1); // can never match
+    CHECK(p[5].binary_value() == std::move(if_match).finish());
 }

@@ -1,3 +1,6 @@
+// Longer than 400 lines because it is one libpq connection's whole state machine
+// (connect, send, flush, read, deadline, abort), each step depending on the others'
+// invariants about the socket and the exchange in progress.
 #include "backends/postgres/detail/connection.hpp"
 
 #include <boost/asio/co_spawn.hpp>

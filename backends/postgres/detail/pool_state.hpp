@@ -1,7 +1,7 @@
 #pragma once
 // The connection pool's bookkeeping, free of I/O so that tests drive it with fakes: which
 // idle connection a request gets, who waits, when a waiter is refused, how many
-// connections are missing. The asynchronous pool (postgres_store.cpp) calls it from one
+// connections are missing. The asynchronous pool (pool.cpp) calls it from one
 // strand only; it is not thread-safe itself.
 //
 // A slot is one missing connection being made: it tries, and after a failure backs off

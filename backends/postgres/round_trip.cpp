@@ -1,0 +1,62 @@
+#include "backends/postgres/round_trip.hpp"
+
+#include "backends/log/logging.hpp"
+#include "backends/postgres/detail/batch_queue.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace fk::store::pg {
+
+bool round_trip::observe(duration took) noexcept {
+    const std::int64_t ns = std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::nanoseconds>(took).count());
+    std::int64_t old = ns_.load(std::memory_order_relaxed);
+    while ((old == 0 || ns < old) && !ns_.compare_exchange_weak(old, ns, std::memory_order_relaxed))
+        ;
+    if (old != 0 && ns >= old)
+        return false;
+    const auto is_far = [this](std::int64_t v) {
+        return detail::is_far(far_, std::chrono::nanoseconds(v));
+    };
+    return old == 0 || is_far(old) != is_far(ns);
+}
+
+round_trip::duration round_trip::fastest() const noexcept {
+    return std::chrono::nanoseconds(ns_.load(std::memory_order_relaxed));
+}
+
+bool round_trip::far() const noexcept {
+    return detail::is_far(far_, fastest());
+}
+
+round_trip::duration round_trip::overlap_after() const noexcept {
+    return detail::overlap_after(batch_overlap_, far_, fastest());
+}
+
+net::awaitable<std::string> round_trip::measure(detail::connection& c, detail::millis timeout) {
+    const auto start = std::chrono::steady_clock::now();
+    auto ping = co_await c.exec_simple(std::string(), timeout);
+    if (ping.t != exec_outcome::transport::ok)
+        co_return "round trip: " +
+            (ping.error.empty() ? std::string("connection lost") : ping.error);
+    if (!observe(std::chrono::steady_clock::now() - start))
+        co_return std::string();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(fastest()).count();
+    const auto after = std::chrono::duration_cast<std::chrono::microseconds>(overlap_after());
+    logging::write(logging::level::info, "postgres round trip",
+                   {{"endpoint", c.endpoint()},
+                    {"round_trip_ms", static_cast<double>(ns) / 1e6},
+                    {"far", far()},
+                    {"second_batch_after_ms", static_cast<double>(after.count()) / 1e3}});
+    co_return std::string();
+}
+
+detail::millis reconnect_backoff(int failures, std::uint32_t random) noexcept {
+    const int shift = std::clamp(failures - 1, 0, 6);
+    const auto base = std::min<long long>(100LL << shift, 5000);
+    return detail::millis(base / 2 + static_cast<long long>(random % (base / 2 + 1)));
+}
+
+} // namespace fk::store::pg

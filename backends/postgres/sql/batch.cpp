@@ -1,0 +1,138 @@
+#include "backends/postgres/sql/fragments.hpp"
+#include "backends/postgres/sql/quoting.hpp"
+#include "backends/postgres/sql/statements.hpp"
+
+namespace fk::store::pg::sql {
+
+// Group commit. Why batches never deadlock, with each other or with the fence-only
+// statements (advance_sql, fk_fence_step), under READ COMMITTED:
+//
+// A batch takes its row locks in three phases, each in one global order:
+//   K  write_batch_sql's k locks every existing key row FOR UPDATE, sorted by key (the
+//      LockRows node sits above the Sort, so rows are locked in that order). It waits
+//      only for committed rows: a key another transaction is creating is invisible to it;
+//   F  its f upserts the fence rows, sorted by lock (INSERT ... SELECT ... ORDER BY
+//      feeds ON CONFLICT in that order);
+//   N  its v inserts the rows of keys k found absent, sorted by key (its Sort reads all of
+//      u, hence all of f, before the first insert: F is over when N starts). An insert
+//      waits only for a transaction that is itself inserting that key;
+//   and w updates only rows the batch already holds: no waiting.
+// A transaction waiting in a phase waits only for one that is in the same or a later
+// phase, and within a phase, for one that holds a lock later in that phase's order. A
+// wait-for cycle would have to stay inside one phase and go strictly up the sorted order
+// all the way round: impossible. The fence-only statements take one fence row and
+// nothing else. The single-row statement (a lone write, batch_max 1) takes key row,
+// fence row, then (creating) the key's index entry: the same order, and it waits for
+// nothing once it holds the new key. Within one process it never meets a batch on one
+// key or lock anyway: a key and a lock are never in flight twice (detail/batch_queue.hpp).
+// (Earlier builds claimed a batch's new keys first, with placeholder rows, before phase
+// K. Such a process on the same database can deadlock with this one when both create and
+// update the same keys at once; Postgres detects that, aborts one side (40P01, nothing
+// written) and that side's writes are re-run.)
+//
+// A create race: k found no row for a key, the checks passed on "absent", the fence
+// moved, and by the time v inserts, another transaction has created the key (committed
+// after our snapshot, or waited for). v's ON CONFLICT DO NOTHING then writes nothing for
+// that row, the final SELECT sees a row fenced but not written and raises FKR01, and the
+// whole batch rolls back: fence advances included, nothing is written. Every write of the
+// batch is then re-run alone (map_batch), where the single-row statement decides the race
+// on the row that now exists. Neighbours are delayed, never failed.
+//
+// The batch statement's only sensible plan is index lookups for every row. Left to
+// itself, the plan cache goes wrong twice: a generic plan costed while the tables were
+// young seq-scans them on every batch until autovacuum re-analyzes; and since a generic
+// plan assumes other array sizes than a small batch's, Postgres may keep planning the
+// large statement afresh for every batch. So the batch transaction turns seq scans off
+// and forces the (then index-only) generic plan, for itself only (set_config is_local);
+// other statements and named operations keep the session's settings. Measured at 128
+// clients on young tables: 254 us of database CPU per write without, 36 with seq scans
+// off, 27 with both.
+std::string batch_begin_sql() {
+    return "SELECT pg_catalog.set_config('enable_seqscan', 'off', true),\n"
+           "       pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)";
+}
+
+std::string write_batch_sql(std::string_view schema) {
+    std::string s =
+        "WITH i AS MATERIALIZED (\n"
+        "  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[],\n"
+        "                       $6::bigint[], $7::boolean[], $8::boolean[], $9::boolean[])\n"
+        "    WITH ORDINALITY AS t(key, lock, token, body, content_type, if_match,\n"
+        "                         if_match_any, if_none_match, is_delete, n)\n"
+        "), k AS MATERIALIZED (\n"
+        "  SELECT r.key, r.lock, r.version, r.deleted FROM @S.resources r\n"
+        "  WHERE r.key = ANY ($1::text[]) ORDER BY r.key COLLATE \"C\" FOR UPDATE\n"
+        "), x AS MATERIALIZED (\n"
+        // ex: the key exists (not a tombstone); absent: it has no row at all.
+        "  SELECT i.n, i.key, i.lock, i.token, i.is_delete, i.if_match, i.if_match_any,\n"
+        "         i.if_none_match, k.key IS NULL AS absent,\n"
+        "         coalesce(NOT k.deleted, false) AS ex, k.lock AS row_lock,\n"
+        "         k.version AS row_version\n"
+        "  FROM i LEFT JOIN k ON k.key = i.key\n"
+        "), c AS MATERIALIZED (\n"
+        "  SELECT x.n, x.key, x.lock, x.token, x.is_delete, x.absent, x.ex,\n"
+        "         x.ex AND x.row_lock <> x.lock AS mismatch,\n"
+        "         CASE WHEN x.ex THEN x.row_lock END AS key_lock,\n"
+        "         ((x.if_none_match AND x.ex) OR (x.if_match_any AND NOT x.ex)\n"
+        "          OR (x.if_match <> 0 AND (NOT x.ex OR x.row_version <> x.if_match)))\n"
+        "           AS pre_failed\n"
+        "  FROM x\n"
+        "), f AS (\n"
+        "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
+        "  SELECT c.lock, c.token, now() FROM c\n"
+        "  WHERE NOT c.mismatch AND NOT c.pre_failed\n"
+        "  ORDER BY c.lock COLLATE \"C\"\n"
+        "  ";
+    s += fence_upsert_tail;
+    s += "  RETURNING fe.lock, fe.token\n"
+         "), u AS MATERIALIZED (\n"
+         // The rows to write: fenced, and not the delete of a key that does not exist.
+         "  SELECT c.n, c.key, c.lock, c.token, c.is_delete, c.absent, i.body, i.content_type\n"
+         "  FROM c JOIN f ON f.lock = c.lock JOIN i ON i.n = c.n\n"
+         "  WHERE NOT (c.is_delete AND NOT c.ex)\n"
+         "), w AS (\n"
+         // Every row updated here was locked by k; a tombstone keeps its version.
+         "  UPDATE @S.resources r SET lock = u.lock,\n"
+         "    body = CASE WHEN u.is_delete THEN NULL ELSE u.body END,\n"
+         "    content_type = CASE WHEN u.is_delete THEN NULL ELSE u.content_type END,\n"
+         "    version = CASE WHEN u.is_delete THEN r.version ELSE r.version + 1 END,\n"
+         "    token = u.token, deleted = u.is_delete,\n"
+         "    created_at = CASE WHEN r.deleted AND NOT u.is_delete THEN now()\n"
+         "                      ELSE r.created_at END,\n"
+         "    updated_at = now()\n"
+         "  FROM u WHERE NOT u.absent AND r.key = u.key\n"
+         "  RETURNING u.n, r.version\n"
+         "), v AS (\n"
+         // New keys, in key order. A key created meanwhile by another transaction is
+         // skipped here and raised below.
+         "  INSERT INTO @S.resources AS r\n"
+         "    (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
+         "  SELECT u.key, u.lock, u.body, u.content_type, 1, u.token, false, now(), now()\n"
+         "  FROM u WHERE u.absent\n"
+         "  ORDER BY u.key COLLATE \"C\"\n"
+         "  ON CONFLICT (key) DO NOTHING\n"
+         "  RETURNING r.key, r.version\n"
+         ")\n"
+         // Columns as in put_sql/delete_sql (map_write_row), plus n. A row whose fence
+         // moved but whose data was not written is a create race (see above): raise, so
+         // the whole batch rolls back rather than commit it, and its writes are re-run.
+         "SELECT c.n, c.mismatch, c.pre_failed, c.key_lock, f.token AS applied,\n"
+         "       coalesce(w.version, v.version) AS version, NOT c.ex AS created,\n"
+         // seen_fence only matters for a refused row (map_write_cells): not looked up
+         // for the accepted ones.
+         "       CASE WHEN f.token IS NULL\n"
+         "            THEN (SELECT fs.token FROM @S.fences fs WHERE fs.lock = c.lock) END\n"
+         "         AS seen_fence,\n"
+         "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex)\n"
+         "                 AND w.n IS NULL AND v.key IS NULL\n"
+         "            THEN @S.fk_raise('" +
+         std::string(sqlstate_retry) +
+         "', 'a concurrent write created the key, retry') END\n"
+         "         AS unwritten\n"
+         "FROM c LEFT JOIN f ON f.lock = c.lock LEFT JOIN w ON w.n = c.n\n"
+         "  LEFT JOIN v ON v.key = c.key\n"
+         "ORDER BY c.n";
+    return with_schema(s, schema);
+}
+
+} // namespace fk::store::pg::sql

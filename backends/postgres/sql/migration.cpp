@@ -1,0 +1,80 @@
+#include "backends/postgres/sql/fragments.hpp"
+#include "backends/postgres/sql/quoting.hpp"
+#include "backends/postgres/sql/statements.hpp"
+
+namespace fk::store::pg::sql {
+
+std::string migration_script(std::string_view schema) {
+    // One simple-query string runs as one implicit transaction: the advisory lock (held
+    // to its end) serializes proxies that start together, and a failure rolls back all.
+    std::string s;
+    s += "SELECT pg_catalog.pg_advisory_xact_lock(1718511979, pg_catalog.hashtext(" +
+         quote_literal(schema) + "));\n";
+    s += "CREATE SCHEMA IF NOT EXISTS @S;\n"
+         "CREATE TABLE IF NOT EXISTS @S.schema_version (\n"
+         "  version integer PRIMARY KEY,\n"
+         "  applied_at timestamptz NOT NULL DEFAULT now());\n"
+         "DO $fk_migrate$\n"
+         "DECLARE v integer;\n"
+         "BEGIN\n"
+         "  SELECT coalesce(max(version), 0) INTO v FROM @S.schema_version;\n"
+         "  IF v > " +
+         std::to_string(schema_version) +
+         " THEN\n"
+         "    RAISE EXCEPTION USING ERRCODE = 'FKV01', MESSAGE = format(\n"
+         "      'schema version %s is newer than this fencekeeper knows (%s)', v, " +
+         std::to_string(schema_version) +
+         ");\n"
+         "  END IF;\n"
+         "  IF v < 1 THEN\n"
+         // Keys and locks compare bytewise (COLLATE \"C\"), as the contract's listing
+         // order requires, and the primary keys then serve prefix range scans.
+         "    CREATE TABLE @S.fences (\n"
+         "      lock text COLLATE \"C\" PRIMARY KEY,\n"
+         "      token bigint NOT NULL,\n"
+         "      updated_at timestamptz NOT NULL DEFAULT now()\n"
+         "    ) WITH (fillfactor = 80);\n"
+         "    CREATE TABLE @S.resources (\n"
+         "      key text COLLATE \"C\" PRIMARY KEY,\n"
+         "      lock text COLLATE \"C\" NOT NULL,\n"
+         "      body bytea,\n"
+         "      content_type text,\n"
+         "      version bigint NOT NULL,\n"
+         "      token bigint NOT NULL,\n"
+         "      deleted boolean NOT NULL DEFAULT false,\n"
+         "      created_at timestamptz NOT NULL DEFAULT now(),\n"
+         "      updated_at timestamptz NOT NULL DEFAULT now()\n"
+         "    ) WITH (fillfactor = 80);\n"
+         "    CREATE FUNCTION @S.fk_raise(code text, msg text) RETURNS boolean\n"
+         "      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fk_fn$\n"
+         "    BEGIN\n"
+         "      RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;\n"
+         "    END $fk_fn$;\n"
+         // The fence step of a named operation: raises FKST1 (DETAIL = the fence) when
+         // stale, which aborts the pipeline's implicit transaction with the user's
+         // statement in it. Each statement of a VOLATILE function takes a new snapshot,
+         // so the SELECT sees the fence that rejected the token.
+         "    CREATE FUNCTION @S.fk_fence_step(p_lock text, p_token bigint) RETURNS bigint\n"
+         "      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fk_fn$\n"
+         "    DECLARE cur bigint;\n"
+         "    BEGIN\n"
+         "      INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
+         "      VALUES (p_lock, p_token, now())\n"
+         "      ";
+    s += fence_upsert_tail;
+    s += "      ;\n"
+         "      IF FOUND THEN RETURN p_token; END IF;\n"
+         "      SELECT f.token INTO cur FROM @S.fences f WHERE f.lock = p_lock;\n"
+         "      RAISE EXCEPTION USING ERRCODE = '" +
+         std::string(sqlstate_stale) +
+         "',\n"
+         "        MESSAGE = 'stale fencing token', DETAIL = coalesce(cur::text, '');\n"
+         "    END $fk_fn$;\n"
+         "    INSERT INTO @S.schema_version (version) VALUES (1);\n"
+         "  END IF;\n"
+         "END\n"
+         "$fk_migrate$;\n";
+    return with_schema(s, schema);
+}
+
+} // namespace fk::store::pg::sql

@@ -1,0 +1,115 @@
+#include "backends/postgres/sql/params.hpp"
+
+#include "backends/postgres/sql/binary_array.hpp"
+#include "backends/postgres/sql/statements.hpp"
+#include "fence/utf8.hpp"
+
+namespace fk::store::pg::sql {
+namespace {
+
+std::string token_text(token_t t) {
+    return std::to_string(t);
+}
+
+// If-Match travels as a bigint where 0 means "none" (pgbench cannot send NULL; see
+// if_match_param in sql/statements.cpp). Versions start at 1, so a client's If-Match of 0
+// or below can never match: it is sent as -1, which keeps it a failing precondition.
+std::int64_t if_match_value(const fence::preconditions& pre) {
+    return !pre.if_match ? 0 : *pre.if_match <= 0 ? -1 : *pre.if_match;
+}
+
+void add_preconditions(param_list& out, const fence::preconditions& pre) {
+    out.push_back(param::of(std::to_string(if_match_value(pre))));
+    out.push_back(param::of(pre.if_match_any ? "true" : "false"));
+    out.push_back(param::of(pre.if_none_match_any ? "true" : "false"));
+}
+
+} // namespace
+
+param_list single_write_params(const batch_item& item) {
+    param_list out;
+    out.reserve(8);
+    out.push_back(param::of(std::string(item.key)));
+    out.push_back(param::of(std::string(item.lock)));
+    out.push_back(param::of(token_text(item.token)));
+    if (!item.is_delete) {
+        out.push_back(param::bytes(item.body));
+        out.push_back(param::of(std::string(item.content_type)));
+    }
+    add_preconditions(out, item.pre);
+    return out;
+}
+
+param_list write_batch_params(const std::vector<batch_item>& items) {
+    const std::size_t n = items.size();
+    array_builder key(oid_text, n), lock(oid_text, n), token(oid_int8, n), body(oid_bytea, n),
+        ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n), none(oid_bool, n),
+        del(oid_bool, n);
+    for (const auto& it : items) {
+        key.add(it.key);
+        lock.add(it.lock);
+        token.add_int8(it.token);
+        body.add(it.is_delete ? std::string_view() : it.body);
+        ctype.add(it.is_delete ? std::string_view() : it.content_type);
+        if_match.add_int8(if_match_value(it.pre));
+        any.add_bool(it.pre.if_match_any);
+        none.add_bool(it.pre.if_none_match_any);
+        del.add_bool(it.is_delete);
+    }
+    param_list out;
+    out.reserve(9);
+    for (auto* b : {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del})
+        out.push_back(param::owned_bytes(std::move(*b).finish()));
+    return out;
+}
+
+param_list put_params(const put_request& req) {
+    return single_write_params(
+        {req.key, req.lock, req.token, false, req.body, req.content_type, req.pre});
+}
+
+param_list delete_params(const delete_request& req) {
+    return single_write_params({req.key, req.lock, req.token, true, {}, {}, req.pre});
+}
+
+param_list advance_params(std::string_view lock, token_t token) {
+    return {param::of(std::string(lock)), param::of(token_text(token))};
+}
+
+param_list key_params(std::string_view key) {
+    return {param::of(std::string(key))};
+}
+
+param_list lock_params(std::string_view lock) {
+    return {param::of(std::string(lock))};
+}
+
+bound_statement list_params(const list_request& req) {
+    bound_statement q;
+    const std::string limit = std::to_string(req.limit + 1);
+    q.params.push_back(param::of(req.prefix));
+    // Lock names are never empty, so "" excludes nothing.
+    q.params.push_back(param::of(req.after.value_or(std::string())));
+    if (auto upper = fence::utf8_prefix_successor(req.prefix)) {
+        q.statement = name::list_bounded;
+        q.params.push_back(param::of(std::move(*upper)));
+    } else {
+        q.statement = name::list_open;
+    }
+    q.params.push_back(param::of(limit));
+    return q;
+}
+
+param_list op_fence_params(std::string_view lock, token_t token) {
+    return advance_params(lock, token);
+}
+
+param_list op_params(const std::vector<std::optional<std::string>>& values) {
+    param_list out;
+    out.reserve(values.size());
+    for (const auto& v : values)
+        out.push_back(v ? param::of(*v) : param::null());
+    return out;
+}
+
+} // namespace fk::store::pg::sql

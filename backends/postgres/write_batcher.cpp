@@ -1,0 +1,279 @@
+#include "backends/postgres/write_batcher.hpp"
+
+#include "backends/postgres/round_trip.hpp"
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+
+namespace fk::store::pg {
+
+batch_outcome after_batch(const write_mapping& m, int attempts, bool stopping) noexcept {
+    if (!m.retry)
+        return batch_outcome::answer;
+    if (attempts >= max_write_attempts || stopping)
+        return batch_outcome::give_up;
+    return batch_outcome::retry;
+}
+
+bool keep_connection(bool stopping, bool reusable, std::size_t waiting,
+                     bool runner_waiting) noexcept {
+    const bool others_wait = waiting > (runner_waiting ? 1U : 0U);
+    return !stopping && !others_wait && reusable;
+}
+
+std::chrono::milliseconds sweep_period(std::chrono::milliseconds statement_timeout) noexcept {
+    using ms = std::chrono::milliseconds;
+    return std::clamp(statement_timeout / 8, ms(10), ms(250));
+}
+
+// `item` views the request, which lives in the suspended caller's frame until it has been
+// answered. Pool strand only.
+struct write_batcher::job {
+    explicit job(const sql::batch_item& i) : item(i), key(i.key), lock(i.lock) {}
+    virtual ~job() = default;
+    job(const job&) = delete;
+    job& operator=(const job&) = delete;
+
+    // Resumes the caller with `r` on the caller's executor (never inline); once only.
+    void answer(write_result r) {
+        if (!answered_) {
+            answered_ = true;
+            complete(std::move(r));
+        }
+    }
+
+    sql::batch_item item;
+    std::string_view key;
+    std::string_view lock;
+    bool alone = false;
+    int attempts = 0;
+    // While queued: when the write gives up waiting for a connection (the sweep refuses
+    // it). In a batch, the batch's own deadline applies instead.
+    std::chrono::steady_clock::time_point give_up;
+
+private:
+    virtual void complete(write_result r) = 0;
+    bool answered_ = false;
+};
+
+namespace {
+
+// The job and the caller's completion handler in one allocation.
+template <class Handler> struct job_for final : write_batcher::job {
+    job_for(const sql::batch_item& i, Handler h, net::any_io_executor e)
+        : job(i), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(write_result r) override {
+        net::post(ex, [h = std::move(handler), r = std::move(r)]() mutable {
+            std::move(h)(std::move(r));
+        });
+    }
+    Handler handler;
+    net::any_io_executor ex;
+};
+
+constexpr const char* stopping = "the store is stopping";
+
+} // namespace
+
+write_batcher::write_batcher(std::shared_ptr<pool> p, std::shared_ptr<const round_trip> rt,
+                             const config::postgres_settings& s)
+    : pool_(std::move(p)), round_trip_(std::move(rt)), queue_limit_(s.queue_limit),
+      max_runners_(s.batch_concurrency), queue_(s.batch_max), overlap_timer_(pool_->strand()) {}
+
+net::awaitable<write_result> write_batcher::submit(const sql::batch_item& item) {
+    return net::async_initiate<decltype(net::use_awaitable), void(write_result)>(
+        [self = shared_from_this(), item](auto handler) {
+            using handler_type = decltype(handler);
+            net::any_io_executor ex =
+                net::get_associated_executor(handler, self->pool_->strand().get_inner_executor());
+            job_ptr j =
+                std::make_shared<job_for<handler_type>>(item, std::move(handler), std::move(ex));
+            net::dispatch(self->pool_->strand(), [self, j = std::move(j)]() mutable {
+                self->submit_on_strand(std::move(j));
+            });
+        },
+        net::use_awaitable);
+}
+
+void write_batcher::stop() {
+    net::post(pool_->strand(), [self = shared_from_this()] {
+        for (auto& j : self->queue_.take_queued())
+            j->answer(unavailable<write_result>(stopping));
+        self->overlap_timer_.cancel(); // up to batch_overlap_ms away
+    });
+}
+
+void write_batcher::submit_on_strand(job_ptr j) {
+    if (pool_->stopped())
+        return j->answer(unavailable<write_result>(stopping));
+    // With a connection attempt in progress the write waits for it (the batch runner
+    // does), as any request does (pool_state::has_prospect).
+    if (!pool_->has_prospect())
+        return j->answer(unavailable<write_result>("database unavailable: no database connection"));
+    if (queue_.size() >= queue_limit_)
+        return j->answer(unavailable<write_result>(
+            "database unavailable: too many writes waiting for a database connection"));
+    enqueue(j, false);
+    spawn_runner_if_needed();
+}
+
+void write_batcher::enqueue(const job_ptr& j, bool front) {
+    j->give_up = std::chrono::steady_clock::now() + pool_->statement_timeout();
+    if (front)
+        queue_.push_front(j);
+    else
+        queue_.push(j);
+    if (!sweeping_) {
+        sweeping_ = true;
+        net::co_spawn(pool_->strand(), sweep(), net::detached);
+    }
+}
+
+// While writes are queued: refuses those that waited statement_timeout for a connection
+// (nothing was sent for them), like a pool waiter that gives up. One timer for the whole
+// queue instead of one per write.
+net::awaitable<void> write_batcher::sweep() {
+    auto self = shared_from_this();
+    const auto period = sweep_period(pool_->statement_timeout());
+    net::steady_timer t(pool_->strand());
+    while (!queue_.empty() && !pool_->stopped()) {
+        t.expires_after(period);
+        boost::system::error_code ec;
+        co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& j : queue_.remove_if([now](const job_ptr& e) { return e->give_up <= now; }))
+            j->answer(unavailable<write_result>(
+                pool_->stopped() ? stopping
+                                 : "database unavailable: no database connection became free "
+                                   "in time"));
+    }
+    sweeping_ = false;
+}
+
+// At most one runner waits for a connection at a time, and at most batch_concurrency
+// runners hold one: while they are busy, writes pile up for the next batch (that is what
+// makes batches grow under load); a runner that holds a connection keeps taking batches
+// from the queue while may_start_batch() allows. Fewer, larger batches cost the database
+// less per write; a second one starts only beside a stuck one, so that a batch waiting
+// for a row lock does not hold up every other write.
+void write_batcher::spawn_runner_if_needed() {
+    if (pool_->stopped() || runner_waiting_ || !queue_.has_ready() || runners_ >= max_runners_)
+        return;
+    if (!may_start_batch()) {
+        arm_overlap_timer();
+        return;
+    }
+    runner_waiting_ = true;
+    net::co_spawn(pool_->strand(), batch_runner(), net::detached);
+}
+
+bool write_batcher::may_start_batch() const {
+    return detail::may_start_batch(in_flight_, max_runners_,
+                                   std::chrono::steady_clock::now() - newest_start_,
+                                   round_trip_->overlap_after());
+}
+
+// Re-checks when the newest batch in flight has run for overlap_after().
+void write_batcher::arm_overlap_timer() {
+    if (overlap_armed_ || in_flight_ == 0)
+        return;
+    overlap_armed_ = true;
+    overlap_timer_.expires_at(newest_start_ + round_trip_->overlap_after());
+    overlap_timer_.async_wait([self = shared_from_this()](boost::system::error_code) {
+        self->overlap_armed_ = false;
+        self->spawn_runner_if_needed();
+    });
+}
+
+net::awaitable<void> write_batcher::batch_runner() {
+    auto self = shared_from_this();
+    auto a = co_await pool_->acquire();
+    runner_waiting_ = false;
+    if (!a.conn) {
+        // Nothing was sent for any queued write: refuse them as the pool refused us.
+        for (auto& j : queue_.take_queued())
+            j->answer(unavailable<write_result>("database unavailable: " + a.why));
+        co_return;
+    }
+    ++runners_;
+    for (;;) {
+        if (!may_start_batch()) {
+            arm_overlap_timer(); // this runner's connection goes back to the pool
+            break;
+        }
+        auto batch = queue_.take();
+        if (batch.empty())
+            break;
+        sizes_.observe(batch.size());
+        ++in_flight_;
+        newest_start_ = std::chrono::steady_clock::now();
+        spawn_runner_if_needed();
+        std::vector<sql::batch_item> items;
+        items.reserve(batch.size());
+        for (const auto& j : batch)
+            items.push_back(j->item);
+        auto maps = co_await net::co_spawn(a.conn->strand(),
+                                           run_batch_on(a.conn, items, pool_->query_timeout()),
+                                           net::use_awaitable);
+        queue_.done(batch);
+        --in_flight_;
+        // Retries go back to the front, in their order, ahead of later writes.
+        for (std::size_t i = batch.size(); i-- > 0;) {
+            auto& j = batch[i];
+            auto& m = maps[i];
+            switch (after_batch(m, ++j->attempts, pool_->stopped())) {
+            case batch_outcome::answer:
+                j->answer(std::move(m.result));
+                break;
+            case batch_outcome::give_up:
+                j->answer(unavailable<write_result>(
+                    "concurrent writers kept racing for the key; nothing was written"));
+                break;
+            case batch_outcome::retry:
+                j->alone = m.alone;
+                enqueue(j, true);
+                break;
+            }
+        }
+        if (!keep_connection(pool_->stopped(), a.conn->reusable(), pool_->waiting(),
+                             runner_waiting_))
+            break;
+    }
+    pool_->release_on_strand(std::move(a.conn));
+    --runners_;
+    spawn_runner_if_needed();
+}
+
+// On the connection's strand: one write alone as the single-row statement (a third of the
+// batch pipeline's database CPU for one row), several as [begin, batch, Sync] in one
+// implicit transaction.
+net::awaitable<std::vector<write_mapping>>
+write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items,
+                            detail::millis timeout) {
+    if (items.size() == 1) {
+        const auto& it = items.front();
+        const auto params = sql::single_write_params(it);
+        auto o = co_await c->exec_prepared(it.is_delete ? sql::name::remove : sql::name::put,
+                                           params, false, timeout);
+        co_return std::vector<write_mapping>{map_write(o, it.token, !it.is_delete, false)};
+    }
+    std::vector<batch_row> rows;
+    rows.reserve(items.size());
+    for (const auto& it : items)
+        rows.push_back({it.token, !it.is_delete});
+    const auto params = sql::write_batch_params(items);
+    static const sql::param_list none;
+    std::vector<detail::pipeline_step> steps{{sql::name::batch_begin, &none},
+                                             {sql::name::write_batch, &params}};
+    auto o = co_await c->exec_pipeline(steps, timeout);
+    co_return map_batch(o, rows, steps.size() - 1);
+}
+
+} // namespace fk::store::pg
