@@ -4,7 +4,7 @@
 // never blocks the caller's thread (the file store runs its syscalls on its own threads,
 // the Postgres store speaks libpq non-blocking on the io_context).
 //
-// The contract every implementation keeps (CONTRACT §2): a write, delete or fence
+// The contract every implementation keeps (docs/api.md#the-fence-rule): a write, delete or fence
 // advance is checked with fence::check_write / fence::accepts and applied in one atomic
 // step; a result with error == ok is returned only once data and fence are durable.
 

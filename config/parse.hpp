@@ -1,5 +1,5 @@
 #pragma once
-// Command line and JSON config (CONTRACT §7). A flag overrides the file. Every unknown
+// Command line and JSON config (docs/configuration.md). A flag overrides the file. Every unknown
 // flag or key and every bad value is an error whose message names it; the caller prints
 // it and exits with status 2.
 

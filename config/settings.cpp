@@ -23,8 +23,7 @@ int effective_pool_size(const settings& s) noexcept {
         return s.postgres.pool_size;
     // At least 16 even on small machines: with group commit, each connection is one batch
     // waiting for its WAL flush, and a write that finds every connection busy waits a
-    // whole flush longer. Measured at 32 clients on 2 threads (docs/postgres.md): 16
-    // connections served more writes than 8, and 8 more than 4.
+    // whole flush longer (docs/postgres.md has the measurement).
     return std::max(min_default_pool_size, 2 * effective_threads(s));
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Keys and lock names (CONTRACT §3): 1 to 1024 bytes, valid UTF-8, no control
+// Keys and lock names (docs/api.md#names): 1 to 1024 bytes, valid UTF-8, no control
 // characters (U+0000–U+001F, U+007F). Keys may contain '/', but no segment may be empty,
 // "." or "..". Names in the URL path are percent-decoded first; Fencing-Lock is literal.
 

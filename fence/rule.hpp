@@ -1,7 +1,7 @@
 #pragma once
-// The fence rule (CONTRACT §2) and the checks that share its atomic step. Stores call
-// these while they hold whatever makes the step atomic (a committer thread, a SQL
-// statement's row locks), so the rule is written once and tested without I/O.
+// The fence rule (docs/api.md#the-fence-rule) and the checks that share its atomic step. Stores
+// call these while they hold whatever makes the step atomic (a committer thread, a SQL statement's
+// row locks), so the rule is written once and tested without I/O.
 
 #include "fence/error.hpp"
 #include "fence/token.hpp"

@@ -20,7 +20,7 @@ token_result parse_token(std::string_view text) noexcept {
     if (text.empty() || text.size() > 19)
         return invalid;
     // from_chars alone would accept a leading '-' and stop early on "4 2" or "1e3";
-    // insisting on all-digits first rejects every form CONTRACT §3 lists.
+    // insisting on all-digits first rejects every form docs/api.md#tokens lists.
     for (char c : text)
         if (c < '0' || c > '9')
             return invalid;

@@ -1,5 +1,5 @@
 #pragma once
-// Fencing tokens on the wire (CONTRACT §3): 1 to 19 ASCII digits, no sign, no leading
+// Fencing tokens on the wire (docs/api.md#tokens): 1 to 19 ASCII digits, no sign, no leading
 // zeros ("0" itself is valid), value <= INT64_MAX, surrounding whitespace ignored.
 
 #include "fence/error.hpp"

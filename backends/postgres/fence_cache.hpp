@@ -1,5 +1,5 @@
 #pragma once
-// The stale-rejection cache (issue 3 §5). A fence never decreases, so a token below the
+// The stale-rejection cache (docs/postgres.md). A fence never decreases, so a token below the
 // highest fence this process has seen for a lock is stale without asking the database.
 // Only rejections are answered from here; every accept goes to the database.
 //
@@ -8,7 +8,7 @@
 // contract checks lock_mismatch before the fence.
 //
 // Both maps are bounded and sharded (one mutex per shard), safe from any thread. Memory
-// matters here (issue 6: 1M locks in well under 256 MiB), so each shard is one flat
+// matters here (1M locks in well under 256 MiB: docs/benchmarks.md), so each shard is one flat
 // open-addressing table (Robin Hood probing, backward-shift deletion) of 32-byte slots
 // that hold the full names: up to 15 bytes inline, longer ones in one exact-size heap
 // block. A key whose lock is the key itself (the common case) stores its name once.

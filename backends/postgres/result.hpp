@@ -1,7 +1,7 @@
 #pragma once
 // Pure mapping from what Postgres answered to the store's results. libpq results are
 // copied into result_table (by detail/connection.cpp) so that everything here is testable
-// without a database, and so that the upcoming group commit can map one row per request.
+// without a database, and so that a batch maps one row per request.
 
 #include "backends/store.hpp"
 

@@ -25,10 +25,7 @@ namespace fk::store::pg::sql {
 // fence row, then (creating) the key's index entry: the same order, and it waits for
 // nothing once it holds the new key. Within one process it never meets a batch on one
 // key or lock anyway: a key and a lock are never in flight twice (detail/batch_queue.hpp).
-// (Earlier builds claimed a batch's new keys first, with placeholder rows, before phase
-// K. Such a process on the same database can deadlock with this one when both create and
-// update the same keys at once; Postgres detects that, aborts one side (40P01, nothing
-// written) and that side's writes are re-run.)
+// (Mixed versions on one database: docs/postgres.md, on the claim statement.)
 //
 // A create race: k found no row for a key, the checks passed on "absent", the fence
 // moved, and by the time v inserts, another transaction has created the key (committed
@@ -44,9 +41,8 @@ namespace fk::store::pg::sql {
 // plan assumes other array sizes than a small batch's, Postgres may keep planning the
 // large statement afresh for every batch. So the batch transaction turns seq scans off
 // and forces the (then index-only) generic plan, for itself only (set_config is_local);
-// other statements and named operations keep the session's settings. Measured at 128
-// clients on young tables: 254 us of database CPU per write without, 36 with seq scans
-// off, 27 with both.
+// other statements and named operations keep the session's settings (the measurement is
+// in docs/postgres.md).
 std::string batch_begin_sql() {
     return "SELECT pg_catalog.set_config('enable_seqscan', 'off', true),\n"
            "       pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)";

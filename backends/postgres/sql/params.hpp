@@ -59,8 +59,8 @@ struct batch_item {
 };
 // Arrays in binary format (no quoting, bodies as raw bytes).
 param_list write_batch_params(const std::vector<batch_item>& items);
-// A batch of one goes out as the single-row statement (put_sql / delete_sql): measured,
-// it costs the database a third of the batch pipeline's CPU for one row.
+// A batch of one goes out as the single-row statement (put_sql / delete_sql), which costs
+// the database less for one row than the batch pipeline (docs/postgres.md).
 param_list single_write_params(const batch_item& item);
 
 } // namespace fk::store::pg::sql
