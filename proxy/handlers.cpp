@@ -1,3 +1,7 @@
+// Every route's handler, ~590 lines in one file: they share the call context, the
+// parsing of Fencing-Token, Fencing-Lock and preconditions, the logging of applied and
+// stale writes, and the one mapping of a store's write failure to a reply, and each
+// handler itself is short. docs/api.md#routes is what they implement.
 #include "proxy/handlers.hpp"
 
 #include "backends/log/logging.hpp"
