@@ -1,6 +1,6 @@
 // Longer than 400 lines and not split by role: the file store's journal and in-memory
-// index are to be replaced by an embedded engine (docs/file-store.md), which removes
-// most of this file; a split first would be thrown away.
+// index are next to be replaced by an embedded engine, which removes most of this file;
+// a split first would be thrown away.
 #include "backends/file/file_store.hpp"
 
 #include "backends/file/detail/crc32c.hpp"

@@ -1,6 +1,6 @@
 // Longer than 400 lines and not split by role: the file store's journal and in-memory
-// index are to be replaced by an embedded engine (docs/file-store.md), which removes
-// most of this file; a split first would be thrown away.
+// index are next to be replaced by an embedded engine, which removes most of this file;
+// a split first would be thrown away.
 // The committer: the one thread that decides and commits writes (group commit).
 // The sequence per batch and what a crash at each step leaves behind are described in
 // docs/file-store.md, "Write sequence".
