@@ -10,9 +10,9 @@
 #include <boost/beast/http/field.hpp>
 
 #include <optional>
-#include <regex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -671,23 +671,28 @@ TEST_CASE("handlers: unknown routes and methods") {
 
 TEST_CASE("handlers: X-Request-Id") {
     fixture f;
-    const std::regex generated{"[0-9a-f]{16}"};
+    // A generated id: 16 lowercase hex digits. (Checked without std::regex, whose
+    // libstdc++ 12 code draws a false -Wmaybe-uninitialized under ASan.)
+    auto generated = [](std::string_view id) {
+        return id.size() == 16 &&
+               id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+    };
     auto echoed = f.send(verb::get, "/healthz", {{"X-Request-Id", "abc-123"}});
     CHECK(field(echoed, "X-Request-Id") == "abc-123");
     auto max = std::string(128, 'x');
     CHECK(field(f.send(verb::get, "/healthz", {{"X-Request-Id", max}}), "X-Request-Id") == max);
 
     auto none = f.send(verb::get, "/healthz");
-    CHECK(std::regex_match(field(none, "X-Request-Id"), generated));
+    CHECK(generated(field(none, "X-Request-Id")));
     auto other = f.send(verb::get, "/healthz");
     CHECK(field(other, "X-Request-Id") != field(none, "X-Request-Id"));
     for (std::string bad :
          {std::string(129, 'x'), std::string{"caf\xc3\xa9"}, std::string{"a\tb"}}) {
         auto r = f.send(verb::get, "/healthz", {{"X-Request-Id", bad}});
-        CHECK(std::regex_match(field(r, "X-Request-Id"), generated));
+        CHECK(generated(field(r, "X-Request-Id")));
     }
     auto twice = f.send(verb::get, "/healthz", {{"X-Request-Id", "a"}, {"X-Request-Id", "b"}});
-    CHECK(std::regex_match(field(twice, "X-Request-Id"), generated));
+    CHECK(generated(field(twice, "X-Request-Id")));
     // Errors carry it too.
     auto err = f.send(verb::get, "/nope", {{"X-Request-Id", "e1"}});
     CHECK(field(err, "X-Request-Id") == "e1");
