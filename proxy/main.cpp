@@ -1,6 +1,6 @@
 // fencekeeper: parse the command line, open the store, serve HTTP until SIGTERM/SIGINT,
-// drain, stop the store, exit 0 (docs/operations.md, "Lifecycle and signals"). SIGHUP re-reads the auth token and the log
-// level; --check-config validates and exits.
+// drain, stop the store, exit 0 (docs/operations.md, "Lifecycle and signals"). SIGHUP re-reads the
+// auth token and the log level; --check-config validates and exits.
 
 #include "backends/log/logging.hpp"
 #include "backends/make_store.hpp"

@@ -25,7 +25,7 @@ std::size_t route_index(route r) noexcept {
 }
 
 constexpr std::array<std::string_view, 4> write_outcome_names = {"applied", "stale",
-                                                                "precondition_failed", "error"};
+                                                                 "precondition_failed", "error"};
 constexpr std::array<std::string_view, 7> store_op_names = {
     "put", "delete", "get", "fence_advance", "fence_read", "fence_list", "operation"};
 constexpr std::array<std::string_view, 3> store_error_names = {"unavailable", "outcome_unknown",

@@ -1,7 +1,8 @@
 #pragma once
-// Admission limits (docs/operations.md, "Limits and overload"): a bounded number of open connections and of requests being
-// served at once, so that overload turns into fast refusals (connection closed at accept,
-// 503 unavailable + Retry-After) instead of unbounded memory and latency.
+// Admission limits (docs/operations.md, "Limits and overload"): a bounded number of open
+// connections and of requests being served at once, so that overload turns into fast refusals
+// (connection closed at accept, 503 unavailable + Retry-After) instead of unbounded memory and
+// latency.
 //
 // Pure: atomics only, no I/O, no Boost. The server decides what a refusal looks like.
 

@@ -1,8 +1,8 @@
 #pragma once
-// The checks of a parsed configuration that need more than the parser (docs/operations.md, "Lifecycle and signals"): the
-// store URL, the auth token (file or environment). What `fencekeeper --check-config`
-// reports, and what the server refuses to start without. Nothing here opens the store or
-// binds a socket.
+// The checks of a parsed configuration that need more than the parser (docs/operations.md,
+// "Lifecycle and signals"): the store URL, the auth token (file or environment). What `fencekeeper
+// --check-config` reports, and what the server refuses to start without. Nothing here opens the
+// store or binds a socket.
 
 #include "config/settings.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
-// SIGHUP (docs/operations.md, "Lifecycle and signals"): re-read the auth token and the log level without touching listeners,
-// connections or requests in flight.
+// SIGHUP (docs/operations.md, "Lifecycle and signals"): re-read the auth token and the log level
+// without touching listeners, connections or requests in flight.
 
 #include <string>
 #include <vector>

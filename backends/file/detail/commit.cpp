@@ -313,7 +313,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             append_record(records, del_record(p.key, p.lock, p.token, km.version, ms));
             key_overlay[p.key] = tombstone(km.version, ms);
         } else {
-            // Deleting a missing key still checks and advances the fence (docs/api.md#delete-resource).
+            // Deleting a missing key still checks and advances the fence
+            // (docs/api.md#delete-resource).
             r.version = km.version;
             r.token = advance(p.lock, p.token);
             append_record(records, fence_record(p.lock, p.token, ms));
