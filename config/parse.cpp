@@ -52,8 +52,23 @@ constexpr std::size_t max_json_depth = 16;
 constexpr std::size_t max_operation_name = 64;
 constexpr std::size_t max_host_bytes = 253;
 
+// Every message is one line: control bytes that reach it from the parser's own text (an
+// option name such as "--listen\r", quoted by Boost.Program_options) are escaped here too.
 parse_error fail(std::string message) {
-    return parse_error{std::move(message)};
+    std::string line;
+    line.reserve(message.size());
+    for (const char ch : message) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c < 0x20 || c == 0x7f) {
+            constexpr char hex[] = "0123456789abcdef";
+            line += "\\x";
+            line += hex[c >> 4];
+            line += hex[c & 0xf];
+        } else {
+            line += ch;
+        }
+    }
+    return parse_error{std::move(line)};
 }
 
 // Quotes user input for an error message: control bytes escaped, long values cut, so a
