@@ -251,16 +251,19 @@ void file_store::sweep_main() {
             ::close(fd);
             continue;
         }
+        // Empty once the sweep removed what it found there: a crash that made a directory
+        // for a new key's body leaves nothing else in it.
         bool empty = true;
         while (dirent* e = ::readdir(d)) {
             std::string_view name = e->d_name;
             if (name == "." || name == "..")
                 continue;
-            empty = false;
             if (is_tmp_name(name)) {
                 if (name.find(own) == std::string_view::npos &&
                     ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
                     ++temp_files;
+                else
+                    empty = false;
                 continue;
             }
             bool is_dir = e->d_type == DT_DIR;
@@ -270,17 +273,23 @@ void file_store::sweep_main() {
                          S_ISDIR(st.st_mode);
             }
             if (is_dir) {
+                // Removed, if it turns out empty, when its own walk ends.
+                empty = false;
                 todo.push_back(rel.empty() ? std::string(name) : rel + "/" + std::string(name));
                 continue;
             }
             auto key = key_for_object(rel, name);
-            if (!key || !claim_direct(*key))
+            if (!key || !claim_direct(*key)) {
+                empty = false;
                 continue; // not a body, or a write of the key is in flight
+            }
             key_row k;
             const int rc = idx->get_key(*key, k);
             const bool no_body = rc == index_done || (rc == index_row && !k.exists);
             if (no_body && ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
                 ++orphans;
+            else
+                empty = false;
             release_claims({*key});
         }
         ::closedir(d);
