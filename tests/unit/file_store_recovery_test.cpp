@@ -348,6 +348,30 @@ TEST_CASE("an index written by a newer fencekeeper is refused with exit status 2
     CHECK(run(io, s->read_fence("L")).fence.token == 3);
 }
 
+TEST_CASE("a lost index beside bodies refuses the start instead of forgetting every fence") {
+    temp_dir dir;
+    net::io_context io;
+    {
+        auto s = open_ok(io, dir.path);
+        REQUIRE(run(io, s->put(put_req("k", "L", 3, "v"))).error == errc::ok);
+    }
+    std::filesystem::remove(dir.path / detail::index_file);
+    for (int attempt = 0; attempt < 2; ++attempt) { // and again: the refusal left no index
+        CAPTURE(attempt);
+        auto r = open_file_store(io, dir.path.string(), {});
+        REQUIRE(std::holds_alternative<open_error>(r));
+        const auto& err = std::get<open_error>(r);
+        CHECK(err.exit_code == 1);
+        CAPTURE(err.message);
+        CHECK(err.message.find("refusing to start empty") != std::string::npos);
+        CHECK_FALSE(std::filesystem::exists(dir.path / detail::index_file));
+    }
+    // An empty objects/ is a new store, not a lost one.
+    std::filesystem::remove_all(dir.path / "objects");
+    auto s = open_ok(io, dir.path);
+    CHECK(run(io, s->get("k", true)).error == errc::not_found);
+}
+
 // No failpoint: a child acknowledges a burst of concurrent writes (several per batch)
 // and kills itself at once, before its flusher or a clean stop could tidy up.
 TEST_CASE("kill -9 right after acknowledged writes loses none of them") {

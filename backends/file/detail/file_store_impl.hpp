@@ -109,6 +109,7 @@ private:
     // --- startup (recovery.cpp) ---
     std::optional<open_error> open_root(const std::string& root);
     std::optional<open_error> open_index();
+    bool objects_empty() const;
     // Makes the files of every write in a redo row match the index (roll forward,
     // restore from the row, remove what a delete or a later write superseded).
     std::optional<open_error> replay_redo();

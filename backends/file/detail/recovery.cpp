@@ -57,6 +57,27 @@ int file_matches(int dir, const std::string& name, std::uint64_t size, std::uint
 
 } // namespace
 
+bool file_store::objects_empty() const {
+    int fd = ::openat(objects_.fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+        ::close(fd);
+        return false;
+    }
+    bool empty = true;
+    while (dirent* e = ::readdir(d)) {
+        const std::string_view name = e->d_name;
+        if (name != "." && name != "..") {
+            empty = false;
+            break;
+        }
+    }
+    ::closedir(d);
+    return empty;
+}
+
 std::optional<open_error> file_store::open_root(const std::string& root) {
     root_ = root;
     std::error_code ec;
@@ -111,6 +132,19 @@ std::optional<open_error> file_store::open_index() {
     if (r.rc != index_ok)
         return open_error{
             "file store " + root_ + ": opening " + index_file + ": " + writer_.last_error(), 1};
+    if (r.found_format == 0 && !objects_empty()) {
+        // A new index beside bodies: index.db was lost or deleted (a journal would have
+        // been converted above). Starting empty would forget every fence.
+        writer_.close();
+        ::unlinkat(root_fd_.get(), index_file, 0);
+        for (const char* side : {"index.db-wal", "index.db-shm"})
+            ::unlinkat(root_fd_.get(), side, 0);
+        return open_error{"file store " + root_ + ": objects/ holds bodies but there is no " +
+                              index_file +
+                              "; refusing to start empty, which would forget every fence "
+                              "(restore the index from a backup; docs/file-store.md, Recovery)",
+                          1};
+    }
     clean_start_ = r.clean;
     writer_.on_wal_commit(&file_store::on_wal_commit, this);
     return std::nullopt;
