@@ -109,7 +109,7 @@ while (($#)); do
         --stall) stall="$2"; shift ;;
         --ready-timeout) ready_timeout="$2"; shift ;;
         --keep) keep=1 ;;
-        -h|--help) sed -n '2,72p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
         *) echo "bench-scale.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -206,7 +206,7 @@ cleanup() {
         rm -rf "$tmp"
         log "removed"
     fi
-    exit $rc
+    exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -306,7 +306,9 @@ wait "$fk_pid" || problem "fencekeeper exited with $? on SIGTERM"
 fk_pid=""
 kv load "1/5/15-min load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
 kv elapsed "$((SECONDS - t_start)) s"
-kv problems "$(IFS='|'; echo "${problems[*]:-}" | sed 's/|/ | /g')"
+joined=""
+for p in "${problems[@]}"; do joined+="${joined:+ | }$p"; done
+kv problems "$joined"
 rc=0
 plot_arg=()
 [[ -n $plot ]] && plot_arg=(--plot "$plot")
