@@ -30,8 +30,12 @@ std::atomic<std::int64_t> gather_window_us{default_gather_window.count()};
 // pause (docs/file-store.md, "Redo rows").
 constexpr std::chrono::milliseconds flush_interval{50};
 
-// WAL pages (4 KiB) after which the checkpointer copies the WAL into the index file.
+// WAL pages (4 KiB) after which the checkpointer copies the WAL into the index file, and
+// after which the committer catches up itself between two batches: while commits keep
+// coming, the checkpointer's copy never reaches the end of the WAL, and only a
+// checkpoint that does lets the WAL start over (docs/file-store.md, "Checkpoints").
 constexpr int checkpoint_pages = 2048;
+constexpr int catch_up_pages = 4096;
 
 std::int64_t now_ms() {
     using namespace std::chrono;
@@ -151,6 +155,13 @@ void file_store::committer_main() {
         last_batch = std::chrono::steady_clock::now();
         const bool only_retries = batch.size() == retried;
         commit_batch(batch);
+        if (!failed_ && wal_frames_.load(std::memory_order_relaxed) >= catch_up_pages) {
+            int log = 0, done = 0;
+            if (writer_.checkpoint(log, done) != index_ok)
+                logging::write(logging::level::warn, "file store checkpoint failed",
+                               {{"root", root_}, {"error", writer_.last_error()}});
+            wal_frames_ = 0;
+        }
         if (exiting && only_retries && deferred_.size() == retried) {
             // Stopping, and nothing has come for them: answer rather than wait forever.
             for (auto& p : deferred_) {
@@ -536,6 +547,7 @@ void file_store::flusher_main() {
 
 int file_store::on_wal_commit(void* self, sqlite3*, const char*, int pages) {
     auto* s = static_cast<file_store*>(self);
+    s->wal_frames_.store(pages, std::memory_order_relaxed);
     if (pages >= checkpoint_pages) {
         {
             std::lock_guard lock(s->checkpoint_mutex_);

@@ -232,6 +232,7 @@ private:
     bool flush_wanted_ = false; // guarded by flush_mutex_
     bool flusher_exit_ = false; // guarded by flush_mutex_
 
+    std::atomic<int> wal_frames_{0}; // frames in the WAL after the last commit (its hook)
     std::mutex checkpoint_mutex_;
     std::condition_variable checkpoint_cv_;
     int wal_pages_ = 0;              // guarded by checkpoint_mutex_

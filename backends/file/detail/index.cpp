@@ -495,6 +495,12 @@ int index_writer::mark_clean(bool clean) {
     return exec(sql.c_str());
 }
 
+int index_writer::checkpoint(int& log_frames, int& done_frames) {
+    int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
+                                       &done_frames);
+    return rc == SQLITE_OK ? rc : fail(rc, "checkpoint");
+}
+
 void index_writer::on_wal_commit(int (*fn)(void*, sqlite3*, const char*, int), void* arg) {
     sqlite3_wal_hook(db_, fn, arg);
 }

@@ -132,6 +132,10 @@ public:
 
     // Outside a transaction: the clean-shutdown flag.
     int mark_clean(bool clean);
+    // Outside a transaction: a PASSIVE checkpoint on this connection. Run between
+    // batches, when no frame is being appended, it can copy the whole WAL, which lets the
+    // next commit start the WAL over (docs/file-store.md, "Checkpoints").
+    int checkpoint(int& log_frames, int& done_frames);
     // Registers `fn(arg, wal_pages)`, called after each commit (SQLite's WAL hook).
     void on_wal_commit(int (*fn)(void*, sqlite3*, const char*, int), void* arg);
 
