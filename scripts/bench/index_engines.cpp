@@ -44,7 +44,10 @@
 //        [--update-frac F] [--name-len L] [--ckpt writer|thread]
 //        [--catchup-frames N] [--cache-kib K]
 //        [--reader-cache-kib K] [--cold-reads N] [--scan 0|1] [--page-size BYTES]
-//        [--churn N] [--churn-txn N]
+//        [--churn N] [--churn-txn N] [--samples FILE]
+//
+// --samples FILE (measure): also append every batch latency ("b <µs>") and read latency
+// ("r <µs>") to FILE, so that the runner can pool the percentiles of several rounds.
 
 #include <lmdb.h>
 #include <sqlite3.h>
@@ -115,6 +118,7 @@ struct options {
     double update_frac = 0.5;
     int name_len = 0;
     std::string ckpt = "writer";
+    std::string samples;
     int catchup_frames = 4096;
     long long cache_kib = 65536;
     long long reader_cache_kib = 16384;
@@ -152,6 +156,8 @@ options parse_options(int argc, char** argv) {
             o.update_frac = std::atof(v.c_str());
         else if (a == "--name-len")
             o.name_len = std::atoi(v.c_str());
+        else if (a == "--samples")
+            o.samples = v;
         else if (a == "--ckpt")
             o.ckpt = v;
         else if (a == "--catchup-frames")
@@ -1246,6 +1252,16 @@ void phase_measure(const options& o) {
     out.kv("wal_peak_mib", fixed(static_cast<double>(mon.wal_peak) / 1048576));
     out.add(e->stats()).add(e->background_stats());
     out.kv("collisions", e->collisions());
+    if (!o.samples.empty()) {
+        std::FILE* f = std::fopen(o.samples.c_str(), "a");
+        if (!f)
+            die("cannot open " + o.samples);
+        for (double us : batch_us)
+            std::fprintf(f, "b %.1f\n", us);
+        for (double us : reads)
+            std::fprintf(f, "r %.1f\n", us);
+        std::fclose(f);
+    }
 }
 
 void phase_reopen(const options& o) {

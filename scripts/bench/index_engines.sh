@@ -1,28 +1,40 @@
 #!/usr/bin/env bash
 # index_engines.sh: SQLite vs LMDB as the file store's metadata index (issue 31).
 # Installs liblmdb-dev/libsqlite3-dev if missing, builds scripts/bench/index_engines.cpp
-# into build-bench/, runs it in a temp dir and prints markdown tables (raw lines go to
-# build-bench/index_engines.out). The data is deleted at the end.
+# into build-bench/, runs it in a temp dir and prints markdown tables. Raw lines go to
+# build-bench/index_engines.out, latency samples to build-bench/index_engines-samples/.
+# The data is deleted at the end.
 #
-# Per engine: grow the store to each of SIZES rows (load phase, not timed as a result),
-# then measure MEASURE_SECONDS of batch commits with concurrent point reads, then drop the
-# page cache (needs root; otherwise the reopen is warm and the table says so) and time a
-# cold reopen; at the end delete CHURN keys and write CHURN new ones. Then the same at
-# LONG_ROWS rows with short and with LONG_LEN-byte names.
+# The machine is shared, so other jobs' load comes and goes: the engines are measured in
+# interleaved rounds on stores that exist side by side, and the tables give the median
+# (and range) of the rounds and the percentiles of all their samples pooled.
 #
-# Environment: SIZES ("1000000 5000000 10000000"), MEASURE_SECONDS (20), BATCH (32),
-# LONG_ROWS (200000), LONG_LEN (1024), CHURN (1000000), CHURN_TXN (1000), TMPDIR.
-# Takes about 20 minutes on a 2-core VM with the defaults and needs about 8 GB of disk.
+#   sizes: for each of SIZES, grow both stores to that many rows (load phase, fast, not
+#          durable), then ROUNDS rounds of MEASURE_SECONDS each of: SQLite with its
+#          checkpoints on the writer, SQLite with a checkpointer thread, LMDB (the order
+#          rotates each round); then drop the page cache (needs root, else the table
+#          says the reopen was warm) and reopen each store cold. The full scan (RSS once
+#          every page was read) only at the largest size.
+#   churn: delete CHURN keys from each store and write them again (CHURN_TXN per
+#          transaction): file size and free pages after each step.
+#   names: LONG_ROWS rows with short names and with LONG_LEN-byte names (and SQLite with
+#          16 KiB pages), NAME_ROUNDS interleaved rounds each.
+#
+# Environment: SIZES ("1000000 5000000 10000000"), ROUNDS (3), MEASURE_SECONDS (10),
+# BATCH (32), CHURN (250000), CHURN_TXN (1000), LONG_ROWS (200000), LONG_LEN (1024),
+# NAME_ROUNDS (2), TMPDIR. About 15 minutes on a 2-core VM; peak disk use about 8 GB.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 SIZES=${SIZES:-"1000000 5000000 10000000"}
-MEASURE_SECONDS=${MEASURE_SECONDS:-20}
+ROUNDS=${ROUNDS:-3}
+MEASURE_SECONDS=${MEASURE_SECONDS:-10}
 BATCH=${BATCH:-32}
+CHURN=${CHURN:-250000}
+CHURN_TXN=${CHURN_TXN:-1000}
 LONG_ROWS=${LONG_ROWS:-200000}
 LONG_LEN=${LONG_LEN:-1024}
-CHURN=${CHURN:-1000000}
-CHURN_TXN=${CHURN_TXN:-1000}
+NAME_ROUNDS=${NAME_ROUNDS:-2}
 
 missing=()
 for pkg in liblmdb-dev libsqlite3-dev; do
@@ -38,6 +50,9 @@ g++ -std=c++20 -O2 -Wall -Wextra -Wpedantic -pthread scripts/bench/index_engines
     -o build-bench/index_engines -lsqlite3 -llmdb
 BIN=build-bench/index_engines
 OUT=build-bench/index_engines.out
+SAMPLES=build-bench/index_engines-samples
+rm -rf "$SAMPLES"
+mkdir -p "$SAMPLES"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/index-engines.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -55,62 +70,83 @@ drop_caches() {
     fi
 }
 
-run() { # engine dir args...
-    local engine=$1 dir=$2
-    shift 2
+# run TAG ENGINE DIR ARGS...: one phase; its line gets section/target/config/round tags.
+run() {
+    local tag=$1 engine=$2 dir=$3
+    shift 3
     "$BIN" --engine "$engine" --dir "$dir" --batch "$BATCH" "$@" |
-        sed "s/\$/ section=$section/" | tee -a "$OUT" >&2
+        sed "s|\$| section=$section target=$target config=$tag round=${round:-0}|" |
+        tee -a "$OUT" >&2
 }
 
+# measure TAG ENGINE DIR ARGS...: one round of one configuration.
+measure() {
+    local tag=$1
+    run "$@" --phase measure --seconds "$MEASURE_SECONDS" \
+        --samples "$SAMPLES/$section-$target-$tag"
+}
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,; }
 : >"$OUT"
-{
-    echo "env started=$(date -u +%FT%TZ) load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" \
-        "sqlite=$(dpkg-query -W -f '${Version}' libsqlite3-0)" \
-        "lmdb=$(dpkg-query -W -f '${Version}' liblmdb0)" \
-        "cpus=$(nproc) kernel=$(uname -r)" \
-        "fs=$(df --output=fstype "$WORK" | tail -1)"
-} >>"$OUT"
+echo "env started=$(date -u +%FT%TZ) load=$(loadavg)" \
+    "sqlite=$(dpkg-query -W -f '${Version}' libsqlite3-0)" \
+    "lmdb=$(dpkg-query -W -f '${Version}' liblmdb0) cpus=$(nproc) kernel=$(uname -r)" \
+    "fs=$(df --output=fstype "$WORK" | tail -1) rounds=$ROUNDS seconds=$MEASURE_SECONDS" \
+    "batch=$BATCH" >>"$OUT"
 
 section=sizes
-first=1
-for engine in sqlite lmdb; do
-    dir=$WORK/$engine
-    for n in $SIZES; do
-        run "$engine" "$dir" --phase load --to "$n"
-        if [[ $engine == sqlite ]]; then
-            run sqlite "$dir" --phase measure --seconds "$MEASURE_SECONDS" --ckpt writer
-            run sqlite "$dir" --phase measure --seconds "$MEASURE_SECONDS" --ckpt thread
-            if ((first)); then # background PASSIVE alone: how far the WAL grows
-                run sqlite "$dir" --phase measure --seconds "$MEASURE_SECONDS" --ckpt thread \
-                    --catchup-frames 0
-                first=0
-            fi
-        else
-            run lmdb "$dir" --phase measure --seconds "$MEASURE_SECONDS"
-        fi
-        drop_caches
-        # The full scan (RSS once every page was read) only at the largest size.
-        [[ $n == "${SIZES##* }" ]] && scan=1 || scan=0
-        run "$engine" "$dir" --phase reopen --scan "$scan"
+sq=$WORK/sqlite
+lm=$WORK/lmdb
+for target in $SIZES; do
+    round=0
+    run sqlite sqlite "$sq" --phase load --to "$target"
+    run lmdb lmdb "$lm" --phase load --to "$target"
+    configs=("sqlite-writer sqlite $sq --ckpt writer" "sqlite-thread sqlite $sq --ckpt thread"
+        "lmdb lmdb $lm")
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for ((i = 0; i < 3; i++)); do
+            # shellcheck disable=SC2086 # the config strings are word lists
+            measure ${configs[(i + round) % 3]}
+        done
     done
-    run "$engine" "$dir" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
-    rm -rf "$dir"
+    if [[ $target == "${SIZES%% *}" ]]; then
+        round=1 # once: background PASSIVE checkpoints alone, to show how far the WAL grows
+        measure sqlite-thread0 sqlite "$sq" --ckpt thread --catchup-frames 0
+    fi
+    round=0
+    [[ $target == "${SIZES##* }" ]] && scan=1 || scan=0
+    drop_caches
+    run sqlite sqlite "$sq" --phase reopen --scan "$scan"
+    drop_caches
+    run lmdb lmdb "$lm" --phase reopen --scan "$scan"
 done
+
+section=churn
+run sqlite sqlite "$sq" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
+run lmdb lmdb "$lm" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
+rm -rf "$sq" "$lm"
 
 section=names
-# engine:name length:SQLite page size (0 = default 4096; set when the file is created)
-for variant in sqlite:0:0 sqlite:$LONG_LEN:0 sqlite:$LONG_LEN:16384 lmdb:0:0 lmdb:$LONG_LEN:0; do
-    IFS=: read -r engine len page <<<"$variant"
-    dir=$WORK/$engine-names
-    run "$engine" "$dir" --phase load --to "$LONG_ROWS" --name-len "$len" --page-size "$page"
-    run "$engine" "$dir" --phase measure --seconds "$MEASURE_SECONDS" --name-len "$len"
-    rm -rf "$dir"
+target=$LONG_ROWS
+round=0
+# tag:engine:name length:SQLite page size (0 = default 4096; set when the file is created)
+variants=("sqlite-short:sqlite:0:0" "sqlite-long:sqlite:$LONG_LEN:0"
+    "sqlite16k-long:sqlite:$LONG_LEN:16384" "lmdb-short:lmdb:0:0" "lmdb-long:lmdb:$LONG_LEN:0")
+for v in "${variants[@]}"; do
+    IFS=: read -r tag engine len page <<<"$v"
+    run "$tag" "$engine" "$WORK/$tag" --phase load --to "$LONG_ROWS" --name-len "$len" \
+        --page-size "$page"
 done
-echo "env ended=$(date -u +%FT%TZ) load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" \
-    "cold_reopen=$cold" >>"$OUT"
+for ((round = 1; round <= NAME_ROUNDS; round++)); do
+    for v in "${variants[@]}"; do
+        IFS=: read -r tag engine len page <<<"$v"
+        measure "$tag" "$engine" "$WORK/$tag" --name-len "$len"
+    done
+done
+echo "env ended=$(date -u +%FT%TZ) load=$(loadavg) cold_reopen=$cold" >>"$OUT"
 
-python3 - "$OUT" <<'EOF'
-import sys
+python3 - "$OUT" "$SAMPLES" <<'EOF'
+import os, statistics, sys
 
 rows = []
 for line in open(sys.argv[1]):
@@ -118,9 +154,17 @@ for line in open(sys.argv[1]):
     kv["kind"] = "env" if line.startswith("env ") else kv["phase"]
     rows.append(kv)
 
-def ms(v): return f"{float(v) / 1000:.1f}"
-def mib(v): return f"{int(v) / 1048576:.0f}"
-def who(r): return r["engine"] + (" " + r["ckpt"] if "ckpt" in r else "")
+def pct(xs, p):
+    return xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))] if xs else 0.0
+
+def samples(section, target, tag):
+    b, r = [], []
+    with open(os.path.join(sys.argv[2], f"{section}-{target}-{tag}")) as f:
+        for line in f:
+            k, v = line.split()
+            (b if k == "b" else r).append(float(v))
+    return sorted(b), sorted(r)
+
 def table(head, body):
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -128,61 +172,93 @@ def table(head, body):
         print("| " + " | ".join(str(x) for x in b) + " |")
     print()
 
+def mib(v): return f"{int(v) / 1048576:.0f}"
+def med(rs, k): return statistics.median(float(r[k]) for r in rs)
+
 for r in rows:
     if r["kind"] == "env":
         print("- " + ", ".join(f"{k} {v}" for k, v in r.items() if k != "kind"))
 print()
+
 meas = [r for r in rows if r["kind"] == "measure"]
-short = [r for r in meas if r["section"] == "sizes"]
-print("Batch commits (writes/s; batch latency = BEGIN to COMMIT returned, ms)\n")
-table(["engine", "rows", "writes/s", "worst 1 s", "p50", "p99", "p99.9", "max", "batches",
-       "writer CPU µs/write", "process CPU µs/write", "WAL peak MiB"],
-      [[who(r), r["rows"], r["writes_per_s"], r["worst_1s_writes"], ms(r["batch_p50_us"]),
-        ms(r["batch_p99_us"]), ms(r["batch_p999_us"]), ms(r["batch_max_us"]), r["batch_n"],
-        r["writer_cpu_us_per_write"], r["process_cpu_us_per_write"], r["wal_peak_mib"]]
-       for r in short])
-print("Point reads during the writes (µs) and memory of the measuring process (MiB)\n")
-table(["engine", "rows", "reads", "p50", "p99", "p99.9", "max", "peak VmRSS", "peak RssAnon",
-       "peak RssFile"],
-      [[who(r), r["rows"], r["read_n"], r["read_p50_us"], r["read_p99_us"], r["read_p999_us"],
-        r["read_max_us"], r["peak_rss_mib"], r["peak_anon_mib"], r["peak_file_mib"]]
-       for r in short])
-print("Checkpoints of `sqlite thread-*` (background PASSIVE; writer catch-up PASSIVE)\n")
-table(["rows", "mode", "bg ckpts", "bg p50 ms", "bg max ms", "catch-ups", "catch-up p50 ms",
-       "catch-up max ms", "catch-up busy"],
-      [[r["rows"], r["ckpt"], r["bg_ckpts"], r["bg_ckpt_p50_ms"], r["bg_ckpt_max_ms"],
-        r["catchup_ckpts"], r["catchup_ckpt_p50_ms"], r["catchup_ckpt_max_ms"],
-        r["catchup_busy"]] for r in short if "bg_ckpts" in r])
+groups = {}
+for r in meas:
+    groups.setdefault((r["section"], r["target"], r["config"]), []).append(r)
+
+def commit_rows(section):
+    out = []
+    for (sec, target, tag), rs in groups.items():
+        if sec != section:
+            continue
+        b, rd = samples(sec, target, tag)
+        wps = sorted(int(r["writes_per_s"]) for r in rs)
+        out.append((target, tag, rs, b, rd, wps))
+    out.sort(key=lambda x: (int(x[0]), x[1]))
+    return out
+
+print("Batch commits: writes/s (median of the rounds, range), batch latency from BEGIN to "
+      "COMMIT returned in ms (all rounds' batches pooled)\n")
+table(["rows", "engine", "rounds", "writes/s", "range", "p50", "p99", "p99.9", "max",
+       "batches", "writer CPU µs/write", "process CPU µs/write", "WAL peak MiB"],
+      [[t, tag, len(rs), int(statistics.median(w)), f"{w[0]}–{w[-1]}",
+        f"{pct(b, .5) / 1000:.1f}", f"{pct(b, .99) / 1000:.1f}", f"{pct(b, .999) / 1000:.1f}",
+        f"{b[-1] / 1000:.1f}", len(b), f'{med(rs, "writer_cpu_us_per_write"):.0f}',
+        f'{med(rs, "process_cpu_us_per_write"):.0f}',
+        f'{max(float(r["wal_peak_mib"]) for r in rs):.0f}']
+       for t, tag, rs, b, rd, w in commit_rows("sizes")])
+
+print("Point reads during the writes in µs (pooled), peak memory of the process in MiB "
+      "(highest of the rounds)\n")
+table(["rows", "engine", "reads", "p50", "p99", "p99.9", "max", "VmRSS", "RssAnon", "RssFile"],
+      [[t, tag, len(rd), f"{pct(rd, .5):.1f}", f"{pct(rd, .99):.1f}", f"{pct(rd, .999):.0f}",
+        f"{rd[-1]:.0f}", f'{max(float(r["peak_rss_mib"]) for r in rs):.0f}',
+        f'{max(float(r["peak_anon_mib"]) for r in rs):.0f}',
+        f'{max(float(r["peak_file_mib"]) for r in rs):.0f}']
+       for t, tag, rs, b, rd, w in commit_rows("sizes")])
+
+print("SQLite checkpointer thread: background PASSIVE checkpoints, and the writer's "
+      "catch-up checkpoints (ms; per round)\n")
+table(["rows", "engine", "round", "bg ckpts", "bg p50", "bg max", "catch-ups", "catch-up p50",
+       "catch-up max", "catch-up busy", "WAL peak MiB"],
+      [[r["target"], r["config"], r["round"], r["bg_ckpts"], r["bg_ckpt_p50_ms"],
+        r["bg_ckpt_max_ms"], r["catchup_ckpts"], r["catchup_ckpt_p50_ms"],
+        r["catchup_ckpt_max_ms"], r["catchup_busy"], r["wal_peak_mib"]]
+       for r in meas if "bg_ckpts" in r and r["section"] == "sizes"])
+
 reo = [r for r in rows if r["kind"] == "reopen"]
-print("Reopen after dropping the page cache (ms), 1,000 random cold reads (µs), full scan\n")
-table(["engine", "rows", "open", "first fence", "first key", "cold p50", "cold p99",
-       "cold max", "RSS after reads (anon/file)", "scan s", "RSS after scan (anon/file)",
-       "file MiB", "free pages"],
-      [[r["engine"], r["rows"], r["open_ms"], r["first_fence_ms"], r["first_key_ms"],
+print("Reopen after dropping the page cache: open, first fence read, first key read (ms); "
+      "1,000 random reads (µs); RSS (anon/file) in MiB\n")
+table(["rows", "engine", "open", "first fence", "first key", "reads p50", "p99", "max",
+       "RSS after reads", "full scan s", "RSS after scan", "file MiB", "free pages"],
+      [[r["rows"], r["engine"], r["open_ms"], r["first_fence_ms"], r["first_key_ms"],
         r["cold_p50_us"], r["cold_p99_us"], r["cold_max_us"],
         f'{r["after_reads_rss_mib"]} ({r["after_reads_anon_mib"]}/{r["after_reads_file_mib"]})',
         r.get("scan_s", "-"),
         f'{r["after_scan_rss_mib"]} ({r["after_scan_anon_mib"]}/{r["after_scan_file_mib"]})'
         if "scan_s" in r else "-",
         mib(r["db_bytes"]), f'{r["free_pages"]} of {r["page_count"]}'] for r in reo])
-print("Deletes: file size (MiB) and free pages before, after deleting, after re-inserting\n")
-table(["engine", "rows", "deleted", "txn", "before", "after delete", "after re-insert",
-       "free pages after delete", "free after re-insert", "delete s", "re-insert s"],
-      [[r["engine"], r["rows"], r["deleted"], r["txn"],
-        mib(int(r["before_db_bytes"]) + int(r.get("before_wal_bytes", 0))),
-        mib(int(r["deleted_db_bytes"]) + int(r.get("deleted_wal_bytes", 0))),
-        mib(int(r["reinserted_db_bytes"]) + int(r.get("reinserted_wal_bytes", 0))),
+
+print("Deletes, then the same keys written again (SQLite sizes after a TRUNCATE checkpoint): "
+      "file MiB and free pages\n")
+table(["rows", "engine", "deleted", "per txn", "before", "after delete", "after re-write",
+       "free pages before", "after delete", "after re-write", "delete s", "re-write s"],
+      [[r["rows"], r["engine"], r["deleted"], r["txn"], mib(r["before_db_bytes"]),
+        mib(r["deleted_db_bytes"]), mib(r["reinserted_db_bytes"]), r["before_free_pages"],
         r["deleted_free_pages"], r["reinserted_free_pages"], r["delete_s"], r["reinsert_s"]]
        for r in rows if r["kind"] == "churn"])
-print("Name length (SQLite: --ckpt writer)\n")
-table(["engine", "page", "name bytes", "rows", "writes/s", "batch p50", "p99", "p99.9", "max",
-       "read p50 µs", "read p99 µs", "file MiB", "WAL MiB", "collisions"],
-      [[r["engine"], r.get("page_size", "4096"), r["name_len"] or "~14", r["rows"], r["writes_per_s"], ms(r["batch_p50_us"]),
-        ms(r["batch_p99_us"]), ms(r["batch_p999_us"]), ms(r["batch_max_us"]), r["read_p50_us"],
-        r["read_p99_us"], mib(r["db_bytes"]), mib(r.get("wal_bytes", 0)), r["collisions"]]
-       for r in meas if r["section"] == "names"])
-print("Loads (durability off, 100,000 writes per transaction)\n")
-table(["engine", "name bytes", "rows", "added", "s", "rows/s"],
-      [[r["engine"], r["name_len"], r["rows"], r["added"], r["seconds"], r["rows_per_s"]]
-       for r in rows if r["kind"] == "load"])
+
+print("Name length: writes/s (median of the rounds), batch ms and read µs pooled\n")
+table(["rows", "config", "name bytes", "page", "writes/s", "range", "p50", "p99", "p99.9",
+       "max", "read p50", "read p99", "writer CPU µs/write", "file MiB", "collisions"],
+      [[t, tag, rs[0]["name_len"], rs[-1].get("page_size", "4096"), int(statistics.median(w)),
+        f"{w[0]}–{w[-1]}", f"{pct(b, .5) / 1000:.1f}", f"{pct(b, .99) / 1000:.1f}",
+        f"{pct(b, .999) / 1000:.1f}", f"{b[-1] / 1000:.1f}", f"{pct(rd, .5):.1f}",
+        f"{pct(rd, .99):.1f}", f'{med(rs, "writer_cpu_us_per_write"):.0f}',
+        mib(rs[-1]["db_bytes"]), rs[-1]["collisions"]]
+       for t, tag, rs, b, rd, w in commit_rows("names")])
+
+print("Loads (not durable; 100,000 sorted-then-shuffled names per transaction)\n")
+table(["section", "engine", "name bytes", "rows", "added", "s", "rows/s"],
+      [[r["section"], r["config"], r["name_len"], r["rows"], r["added"], r["seconds"],
+        r["rows_per_s"]] for r in rows if r["kind"] == "load"])
 EOF
