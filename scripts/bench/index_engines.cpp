@@ -1008,6 +1008,19 @@ std::unique_ptr<engine> open_engine(const options& o, bool load) {
 
 // ---------------------------------------------------------------- measurement helpers
 
+// Bytes this process passed to write()/pwrite() so far (/proc/self/io "wchar"): for both
+// engines every page and WAL frame they write goes through pwrite (LMDB without
+// MDB_WRITEMAP), so the delta over a phase is the engine's write volume.
+long long written_bytes() {
+    std::ifstream in("/proc/self/io");
+    std::string key;
+    long long value = 0;
+    while (in >> key >> value)
+        if (key == "wchar:")
+            return value;
+    return 0;
+}
+
 struct proc_mem {
     long long rss_kib = 0, anon_kib = 0, file_kib = 0, hwm_kib = 0;
 };
@@ -1187,6 +1200,7 @@ void phase_measure(const options& o) {
     std::vector<double> batch_us, commit_us;
     std::vector<long long> per_second;
     const double wcpu0 = thread_cpu_seconds();
+    const long long wchar0 = written_bytes();
     const auto start = clock_type::now();
     const auto deadline = start + std::chrono::duration<double>(o.seconds);
     while (clock_type::now() < deadline) {
@@ -1217,6 +1231,7 @@ void phase_measure(const options& o) {
         t.join();
     e->stop_background();
     const double cpu = process_cpu_seconds() - cpu0;
+    const long long wchar = written_bytes() - wchar0;
     mon.stop();
     const proc_mem end_mem = read_mem();
     write_count(o, next_id);
@@ -1247,6 +1262,7 @@ void phase_measure(const options& o) {
     out.kv("read_missing", missing);
     out.kv("writer_cpu_us_per_write", fixed(wcpu * 1e6 / static_cast<double>(writes)));
     out.kv("process_cpu_us_per_write", fixed(cpu * 1e6 / static_cast<double>(writes)));
+    out.kv("written_kib_per_write", fixed(static_cast<double>(wchar) / 1024 / writes, 2));
     add_mem(out, "peak", mon.peak);
     add_mem(out, "end", end_mem);
     out.kv("wal_peak_mib", fixed(static_cast<double>(mon.wal_peak) / 1048576));

@@ -22,7 +22,7 @@
 #
 # Environment: SIZES ("1000000 5000000 10000000"), ROUNDS (3), MEASURE_SECONDS (10),
 # BATCH (32), CHURN (250000), CHURN_TXN (1000), LONG_ROWS (200000), LONG_LEN (1024),
-# NAME_ROUNDS (2), TMPDIR. 11 minutes on the 2-core benchmark VM; peak disk use about 5 GB.
+# NAME_ROUNDS (2), SECTIONS ("sizes churn names"; churn needs sizes), TMPDIR. 11 minutes on the 2-core benchmark VM; peak disk use about 5 GB.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -35,6 +35,8 @@ CHURN_TXN=${CHURN_TXN:-1000}
 LONG_ROWS=${LONG_ROWS:-200000}
 LONG_LEN=${LONG_LEN:-1024}
 NAME_ROUNDS=${NAME_ROUNDS:-2}
+SECTIONS=${SECTIONS:-"sizes churn names"}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 missing=()
 for pkg in liblmdb-dev libsqlite3-dev; do
@@ -97,6 +99,7 @@ echo "env started=$(date -u +%FT%TZ) load=$(loadavg)" \
 section=sizes
 sq=$WORK/sqlite
 lm=$WORK/lmdb
+want sizes || SIZES=""
 for target in $SIZES; do
     round=0
     run sqlite sqlite "$sq" --phase load --to "$target"
@@ -122,8 +125,10 @@ for target in $SIZES; do
 done
 
 section=churn
-run sqlite sqlite "$sq" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
-run lmdb lmdb "$lm" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
+if want sizes && want churn; then
+    run sqlite sqlite "$sq" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
+    run lmdb lmdb "$lm" --phase churn --churn "$CHURN" --churn-txn "$CHURN_TXN"
+fi
 rm -rf "$sq" "$lm"
 
 section=names
@@ -132,12 +137,13 @@ round=0
 # tag:engine:name length:SQLite page size (0 = default 4096; set when the file is created)
 variants=("sqlite-short:sqlite:0:0" "sqlite-long:sqlite:$LONG_LEN:0"
     "sqlite16k-long:sqlite:$LONG_LEN:16384" "lmdb-short:lmdb:0:0" "lmdb-long:lmdb:$LONG_LEN:0")
+want names || variants=()
 for v in "${variants[@]}"; do
     IFS=: read -r tag engine len page <<<"$v"
     run "$tag" "$engine" "$WORK/$tag" --phase load --to "$LONG_ROWS" --name-len "$len" \
         --page-size "$page"
 done
-for ((round = 1; round <= NAME_ROUNDS; round++)); do
+for ((round = 1; round <= NAME_ROUNDS && ${#variants[@]}; round++)); do
     for v in "${variants[@]}"; do
         IFS=: read -r tag engine len page <<<"$v"
         measure "$tag" "$engine" "$WORK/$tag" --name-len "$len"

@@ -64,11 +64,12 @@ print("Batch commits: writes/s (median of the rounds, range), batch latency from
       "COMMIT returned in ms (all rounds' batches pooled)\n")
 table(["rows", "engine", "rounds", "writes/s", "range", "p50", "p99", "p99.9", "max",
        "> 20 ms", "> 50 ms", "batches", "writer CPU µs/write", "process CPU µs/write",
-       "WAL peak MiB"],
+       "written KiB/write", "WAL peak MiB"],
       [[t, tag, len(rs), int(statistics.median(w)), f"{w[0]}–{w[-1]}",
         f"{pct(b, .5) / 1000:.1f}", f"{pct(b, .99) / 1000:.1f}", f"{pct(b, .999) / 1000:.1f}",
         f"{b[-1] / 1000:.1f}", share_over(b, 20000), share_over(b, 50000), len(b), f'{med(rs, "writer_cpu_us_per_write"):.0f}',
         f'{med(rs, "process_cpu_us_per_write"):.0f}',
+        f'{med(rs, "written_kib_per_write"):.1f}' if "written_kib_per_write" in rs[0] else "-",
         f'{max(float(r["wal_peak_mib"]) for r in rs):.0f}']
        for t, tag, rs, b, rd, w in commit_rows("sizes")])
 
