@@ -11,15 +11,16 @@
 //            lookups, then a full scan of both tables; RSS after each (the runner drops
 //            the page cache before this phase)
 //   churn    delete --churn random keys (fences stay: a fence is never forgotten), then
-//            write --churn new keys, both in durable transactions of --churn-txn;
+//            write the same keys again, both in durable transactions of --churn-txn;
 //            file sizes and free pages after each step
 //
 // One write, as the committer does it: read the lock's fence row (lock -> token,
 // updated_ms) and the key's row (key -> lock, token, version, ms, size, crc32,
-// content_type), then upsert both. Lock name = key name (as `fk.lua put`: a fresh lock per
-// key), so N keys means N fences too. Names are `t<p>/k<s>` with s a 32-bit bijection of
-// the row's id (random insertion order) and p = s % 1000; --name-len L pads every name to
-// exactly L bytes in the middle (`t<p>/ppp…/k<s>`).
+// content_type), then upsert both. A write overwrites a random existing key with
+// probability --update-frac (default 0.5) and creates a new one otherwise. Lock name = key name (as
+// `fk.lua put`: a fresh lock per key), so N keys means N fences too. Names are `t<p>/k<s>` with s a
+// 32-bit bijection of the row's id (random insertion order) and p = s % 1000; --name-len L pads
+// every name to exactly L bytes in the middle (`t<p>/ppp…/k<s>`).
 //
 // SQLite: WAL, synchronous=FULL, mmap_size=0, cache_size = -cache_kib on the writer and
 // -reader_cache_kib on each reader, one BEGIN IMMEDIATE … COMMIT per batch, prepared
@@ -517,7 +518,8 @@ private:
 
 class sqlite_engine final : public engine {
 public:
-    // mode: "load" (journal off, no syncs, big cache), "durable"
+    // load: journal off, no syncs, a 1 GiB cache (the load phase only); else WAL,
+    // synchronous=FULL and the configured cache and checkpoints.
     sqlite_engine(const options& o, bool load)
         : o_(o), path_(o.dir + "/index.db"),
           db_(sq_open(path_, false, load ? std::max(o.cache_kib, 1048576LL) : o.cache_kib)) {
