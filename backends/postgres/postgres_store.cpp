@@ -6,8 +6,8 @@
 
 #include "backends/postgres/postgres_store.hpp"
 
-#include "backends/log/logging.hpp"
 #include "backends/fence_cache.hpp"
+#include "backends/log/logging.hpp"
 #include "backends/postgres/operations.hpp"
 #include "backends/postgres/pool.hpp"
 #include "backends/postgres/result.hpp"

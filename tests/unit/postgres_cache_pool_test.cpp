@@ -1,5 +1,5 @@
-#include "backends/postgres/detail/pool_state.hpp"
 #include "backends/fence_cache.hpp"
+#include "backends/postgres/detail/pool_state.hpp"
 
 #include <doctest/doctest.h>
 
