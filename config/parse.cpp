@@ -480,6 +480,9 @@ std::vector<config_key> make_keys() {
         [](auto& s) -> auto& { return s.file.io_threads; });
     io.default_note = "`2` with `\"syncfs\"`, `4` with `\"fsync\"`"; // 0 in settings: by flush
     k.push_back(std::move(io));
+    k.push_back(integer_key(
+        "file.fence_cache_size", 1, max_fence_cache_size, "locks kept by the stale-rejection cache",
+        [](auto& s) -> auto& { return s.file.fence_cache_size; }));
     return k;
 }
 

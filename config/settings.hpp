@@ -56,6 +56,7 @@ struct file_settings {
     // Threads for the store's blocking file system calls (creating and writing bodies,
     // reads, fsyncs). 0: chosen by the store from `flush` (see fk::store::file_io_threads).
     int io_threads = 0;
+    std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
 };
 
 struct operation {

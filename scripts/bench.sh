@@ -10,6 +10,8 @@
 #   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
 #            --only "P S"   measure only these scenarios (never writes docs/)
+#            --stale-store file   S's fencekeepers use a file store instead of Postgres (the
+#                           stale-rejection rate of the file store; never writes docs/)
 #            --lat-rate R   open-loop latency at R req/s instead of 70% of peak (never writes docs/)
 #            --warmup S     seconds of the same open-loop load, not measured, before each
 #                           latency run (default 2, 1 with --quick; 0 for none)
@@ -67,6 +69,7 @@ warmup=""
 tick_us=1000
 profile=0
 baseline_rev=""
+stale_store=postgres
 while (($#)); do
     case "$1" in
         --quick) quick=1 ;;
@@ -84,7 +87,8 @@ while (($#)); do
         --no-docs) docs=0 ;;
         --profile) profile=1 ;;
         --baseline-rev) baseline_rev="$2"; shift ;;
-        -h|--help) sed -n "2,48p" "$0"; exit 0 ;;
+        --stale-store) stale_store="$2"; docs=0; shift ;;
+        -h|--help) sed -n "2,50p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -305,14 +309,18 @@ log "starting fencekeepers"
 mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
 # shellcheck disable=SC2086  # FK_BENCH_FK_ARGS: extra flags for P's fencekeeper (experiments)
 start_fk pg --store "$pg_url" ${FK_BENCH_FK_ARGS:-}  # P
-start_fk stale --store "$pg_url"                 # S (own process: its own RSS and cache)
+# S (own process: its own RSS and cache), on Postgres or (--stale-store file) a file store
+mkdir -p "$tmp/stalestore" "$tmp/stalestore-prev"
+stale_url="$pg_url" stale_url_prev="$pg_url"
+[[ $stale_store == file ]] && stale_url="file:$tmp/stalestore" stale_url_prev="file:$tmp/stalestore-prev"
+start_fk stale --store "$stale_url"
 start_fk file --store "file:$tmp/filestore"      # F
 start_fk health --store "file:$tmp/healthstore"  # H
 if [[ -n $fk_prev ]]; then   # the same, with REV's build (--baseline-rev)
     mkdir -p "$tmp/filestore-prev" "$tmp/healthstore-prev"
     # shellcheck disable=SC2086
     want P && fk_bin=$fk_prev start_fk pg_prev --store "$pg_url" ${FK_BENCH_FK_ARGS:-}
-    want S && fk_bin=$fk_prev start_fk stale_prev --store "$pg_url"
+    want S && fk_bin=$fk_prev start_fk stale_prev --store "$stale_url_prev"
     want F && fk_bin=$fk_prev start_fk file_prev --store "file:$tmp/filestore-prev"
     want H && fk_bin=$fk_prev start_fk health_prev --store "file:$tmp/healthstore-prev"
 fi
@@ -982,6 +990,7 @@ fi
     echo "body	$body_bytes"
     echo "threads	$fk_threads"
     echo "stale_keys	$stale_keys"
+    echo "stale_store	$stale_store"
     echo "elapsed	$((SECONDS - t_start)) s for the whole run, build included"
     echo "pg_settings	$(sed 's/-c //g; s/ -p [0-9]*//; s/ -k [^ ]*//; s/listen_addresses=[^ ]* //' <<<"$pg_settings")"
 } >"$results/meta.tsv"

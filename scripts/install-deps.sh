@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fencekeeper needs, only those that are missing.
 #   install-deps.sh build   compiler, CMake and libraries (enough for scripts/run.sh)
-#   install-deps.sh test    build + Postgres, Redis, etcd, curl, clang, faketime and
-#                           python3-prometheus-client (scripts/test.sh)
+#   install-deps.sh test    build + Postgres, Redis, etcd, curl, clang, faketime,
+#                           python3-prometheus-client and wrk (scripts/test.sh;
+#                           test_file_scale.py writes its keys with wrk)
 # Runs `apt-get update` at most once, and only when something has to be installed.
 set -euo pipefail
 
 what="${1:-build}"
 
-build_pkgs=(build-essential cmake nlohmann-json3-dev doctest-dev libpq-dev python3)
-test_pkgs=(postgresql redis-server redis-tools etcd-server etcd-client curl clang libclang-rt-14-dev faketime
-           python3-prometheus-client)
+build_pkgs=(build-essential cmake nlohmann-json3-dev doctest-dev libpq-dev libsqlite3-dev python3)
+test_pkgs=(sqlite3 postgresql redis-server redis-tools etcd-server etcd-client curl clang libclang-rt-14-dev faketime
+           python3-prometheus-client wrk)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 

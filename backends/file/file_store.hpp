@@ -19,9 +19,11 @@ struct file_store_options {
     // How a batch's new bodies become durable before its commit record. syncfs falls back
     // to fsync on kernels before 5.8, whose syncfs() does not report write-back errors.
     config::file_flush flush = config::file_flush::syncfs;
+    // Locks whose fence is kept in memory to reject stale writes without reading the index.
+    std::size_t fence_cache_size = 100'000;
 };
 
-// The pool's size when none is configured: 2 when batches are made durable by the journal
+// The pool's size when none is configured: 2 when batches are made durable by the index
 // and syncfs() (a body is created and written there, never fsynced), 4 when every body is
 // fsynced on the pool. Creating files in one directory serializes on its lock, and threads
 // beyond two there mostly spin on that lock (docs/file-store.md, "`file.io_threads`").

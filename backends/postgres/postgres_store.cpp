@@ -6,8 +6,8 @@
 
 #include "backends/postgres/postgres_store.hpp"
 
+#include "backends/fence_cache.hpp"
 #include "backends/log/logging.hpp"
-#include "backends/postgres/fence_cache.hpp"
 #include "backends/postgres/operations.hpp"
 #include "backends/postgres/pool.hpp"
 #include "backends/postgres/result.hpp"
@@ -208,7 +208,7 @@ private:
         }
     }
 
-    pg::fence_cache cache_;
+    fence_cache cache_;
     std::shared_ptr<pg::operations> ops_;
     std::shared_ptr<pg::round_trip> round_trip_;
     std::shared_ptr<pg::pool> pool_;

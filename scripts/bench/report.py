@@ -52,6 +52,8 @@ WHAT = {"P": "PUT → Postgres, fresh lock per request",
         "F": "PUT → file store, fresh key per request",
         "S": "stale PUT → 409 (Postgres store)",
         "H": "GET /healthz"}
+if meta.get("stale_store") == "file":
+    WHAT["S"] = "stale PUT → 409 (file store)"
 UNIT = {"P": "writes/s", "F": "writes/s", "S": "req/s", "H": "req/s"}
 
 

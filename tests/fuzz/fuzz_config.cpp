@@ -39,7 +39,8 @@ std::string describe(const config::settings& s) {
         << s.http.write_timeout.count() << '|' << s.http.max_connections << '|' << s.postgres.schema
         << '|' << s.postgres.pool_size << '|' << s.postgres.queue_limit << '|'
         << s.postgres.connect_timeout.count() << '|' << s.postgres.statement_timeout.count() << '|'
-        << s.postgres.fence_cache_size << '|' << s.shutdown_timeout.count();
+        << s.postgres.fence_cache_size << '|' << s.file.fence_cache_size << '|'
+        << s.shutdown_timeout.count();
     for (const auto& [name, op] : s.operations)
         out << '|' << name.size() << ':' << name << '=' << op.sql.size() << ':' << op.sql << ':'
             << op.expose_errors;
@@ -75,6 +76,7 @@ void check_accepted(const config::settings& s) {
     FK_FUZZ_CHECK(positive_timeout(s.postgres.connect_timeout));
     FK_FUZZ_CHECK(positive_timeout(s.postgres.statement_timeout));
     FK_FUZZ_CHECK(s.postgres.fence_cache_size >= 1 && s.postgres.fence_cache_size <= 10'000'000);
+    FK_FUZZ_CHECK(s.file.fence_cache_size >= 1 && s.file.fence_cache_size <= 10'000'000);
     FK_FUZZ_CHECK(positive_timeout(s.shutdown_timeout));
     for (const auto& [name, op] : s.operations) {
         FK_FUZZ_CHECK(!name.empty() && name.size() <= 64);

@@ -657,6 +657,7 @@ class Proxy:
         self._stdout_thread = None
         self._listening = threading.Event()
         self._stderr_file = None
+        self._log_offset = 0
 
     # --- lifecycle ---------------------------------------------------------
     def command(self):
@@ -691,6 +692,8 @@ class Proxy:
         env = dict(os.environ)
         env.update(self.env or {})
         self._stderr_file = open(self.stderr_path, "ab")
+        # Restarts append to the same file; log_lines(this_run=True) reads from here on.
+        self._log_offset = os.path.getsize(self.stderr_path)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr_file,
                                      stdin=subprocess.DEVNULL, env=env, cwd=self.dir)
         _live_proxies.append(self)
@@ -804,17 +807,21 @@ class Proxy:
             self.kill()
 
     # --- logs --------------------------------------------------------------
-    def stderr_text(self):
+    def stderr_text(self, this_run=False):
+        """Everything written to stderr (by every start of this Proxy, or this_run: by
+        the latest start only)."""
         try:
             with open(self.stderr_path, "rb") as f:
+                if this_run:
+                    f.seek(self._log_offset)
                 return f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
 
-    def log_lines(self):
-        """Every stderr line that parses as a JSON object."""
+    def log_lines(self, this_run=False):
+        """Every stderr line that parses as a JSON object (this_run: of the latest start)."""
         out = []
-        for line in self.stderr_text().splitlines():
+        for line in self.stderr_text(this_run).splitlines():
             line = line.strip()
             if line.startswith("{"):
                 with contextlib.suppress(ValueError):
@@ -823,11 +830,12 @@ class Proxy:
                         out.append(obj)
         return out
 
-    def wait_log(self, pred, timeout=5.0):
-        """Waits for a JSON log line satisfying pred; returns it."""
+    def wait_log(self, pred, timeout=5.0, this_run=False):
+        """Waits for a JSON log line satisfying pred (this_run: written since the latest
+        start); returns it."""
         deadline = time.monotonic() + timeout
         while True:
-            for obj in self.log_lines():
+            for obj in self.log_lines(this_run):
                 if pred(obj):
                     return obj
             if time.monotonic() > deadline:

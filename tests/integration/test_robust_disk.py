@@ -2,16 +2,18 @@
 
 fsync EIO, via the LD_PRELOAD shim tests/support/fsync_fault.c (libfk_fsync_fault.so, built
 next to the fencekeeper binary):
-  - the journal's fdatasync fails: that write gets 504 outcome_unknown (its record was
-    handed to the journal), /readyz turns 503, every later request gets 503 (reads too),
-    and after a restart without the fault every acknowledged write is intact;
+  - the fdatasync of the index's WAL (ROOT/index.db-wal, which SQLite syncs at every
+    commit) fails: that write gets 504 outcome_unknown (its commit was handed to the WAL),
+    /readyz turns 503, every later request gets 503 (reads too), and after a restart
+    without the fault every acknowledged write is intact;
   - a body's fsync fails (file.flush "fsync"), or the syncfs before a batch's commit
     (the default "syncfs"): that write gets 503 (nothing committed), same failed state;
   - fsync fails at a random moment under concurrent load: no request invoked after the
     first 5xx was received is acknowledged, and the history checker passes after restart.
 
-Full disk on the journal (shim: the append is cut short, then ENOSPC): 504, failed state,
-and the restart drops the torn record and keeps everything acknowledged.
+Full disk on the index's WAL (shim: the append is cut short, then ENOSPC): 504, failed
+state, the WAL ends in a torn frame, and the restart (SQLite's WAL recovery) ignores it
+and keeps everything acknowledged.
 
 Full disk, on a real 2 MiB tmpfs (a loop-mounted ext4 image if tmpfs cannot be mounted;
 skipped with a message if neither can):
@@ -23,6 +25,7 @@ skipped with a message if neither can):
 """
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -113,9 +116,14 @@ def sequential_eio(path_filter, fail_after, expect_codes, flush=None, failed_cal
           % (path_filter, len(robust.acked(history)), i, r.status))
 
 
-def test_journal_fdatasync_eio():
-    # Startup syncs journal.new once (the snapshot); then 5 commits succeed, the 6th fails.
-    sequential_eio("journal", 6, (504,))
+# SQLite's WAL file beside the index; every index commit appends to it and fdatasyncs it.
+WAL = "index.db-wal"
+
+
+def test_index_wal_fdatasync_eio():
+    # A fresh store's startup syncs the WAL 3 times (its header, the schema, the "not
+    # cleanly stopped" mark); then 5 commits succeed, the 6th fails.
+    sequential_eio(WAL, 8, (504,), failed_call="fdatasync")
 
 
 def test_body_fsync_eio():
@@ -127,28 +135,42 @@ def test_body_fsync_eio():
 
 def test_batch_syncfs_eio():
     # file.flush "syncfs" (the default): bodies are not fsynced one by one; a batch with a
-    # body too large to journal (over 4 KiB) syncs them with one syncfs (called on
-    # objects/) before the commit record. It fails, so nothing is written: 503.
+    # body too large for a redo row (over 4 KiB) syncs them with one syncfs (called on
+    # objects/) before the index commit. It fails, so nothing is committed: 503.
     sequential_eio("objects", 8, (503,), failed_call="syncfs", body_size=5000)
 
 
 def test_background_syncfs_eio():
-    # Small bodies are journaled with their records and committed without a syncfs; the
+    # Small bodies are copied into their redo rows and committed without a syncfs; the
     # flusher's syncfs (on objects/, after commits) makes the files durable later. When it
     # fails, the store enters the failed state: the next write gets 503, and every write
-    # acknowledged before is intact after the restart (its journal record holds the body).
+    # acknowledged before is intact after the restart (its redo row holds the body).
     sequential_eio("objects", 3, (503,), failed_call="syncfs", body_size=200, pause_s=0.03)
 
 
-def test_journal_enospc_torn_tail():
-    # The journal append hits a full disk part-way through a record (the shim cuts the
-    # write short, then ENOSPC): 504, failed state; the restart drops the torn tail and
-    # keeps everything acknowledged.
+def wal_tail(path):
+    """(frames, leftover bytes) of a WAL file: its 32-byte header names the page size, and
+    each frame is a 24-byte header plus one page. Leftover bytes are a torn frame."""
+    with open(path, "rb") as f:
+        data = f.read()
+    fk.check(len(data) >= 32, "%s: %d bytes, no WAL header" % (path, len(data)))
+    page_size = int.from_bytes(data[8:12], "big")
+    frame = 24 + page_size
+    return (len(data) - 32) // frame, (len(data) - 32) % frame
+
+
+def test_index_wal_enospc_torn_tail():
+    # An index commit's WAL append hits a full disk part-way through a frame (the shim cuts
+    # the write short, then ENOSPC): the COMMIT fails after the batch was handed to the
+    # WAL, so 504; failed state; SQLite's recovery at the restart ignores the torn frame
+    # and everything acknowledged is there. A fresh store's startup appends 24,752 bytes
+    # to the WAL and each of these commits 12,360 (3 frames of 4 KiB pages): 150,000 bytes
+    # let about 10 writes through.
     st = fk.file_store()
     ks = robust.Keyspace("tail", nlocks=1, keys_per_lock=3)
     lock = ks.locks[0]
     history = fk.History()
-    p = st.start(env=fault_env(FK_WRITE_FAIL_PATH="journal", FK_WRITE_ENOSPC_AFTER=3000))
+    p = st.start(env=fault_env(FK_WRITE_FAIL_PATH=WAL, FK_WRITE_ENOSPC_AFTER=150000))
     p.wait_ready()
     failed = None
     with p.client() as c:
@@ -158,19 +180,23 @@ def test_journal_enospc_torn_tail():
             if r.status >= 500:
                 failed = (i, r)
                 break
-    fk.check(failed is not None, "the journal never filled up")
+            fk.check(r.status in (200, 201), "write %d: %r" % (i, r))
+    fk.check(failed is not None, "the WAL never filled up")
     i, r = failed
-    fk.expect_error(r, 504, "outcome_unknown", "the write whose journal record was cut short")
-    fk.check(i > 5, "only %d writes before the journal filled up" % (i - 1))
-    expect_failed_state(p, "ENOSPC on the journal")
+    fk.expect_error(r, 504, "outcome_unknown", "the write whose WAL append was cut short")
+    fk.check(i > 5, "only %d writes before the WAL filled up" % (i - 1))
+    fk.check("fk_fsync_fault: " in p.stderr_text() and os.strerror(errno.ENOSPC) in p.stderr_text(),
+             "the shim logged no ENOSPC")
+    p.wait_log(lambda o: o.get("level") == "error")
+    expect_failed_state(p, "ENOSPC on the index's WAL")
     p.kill()
-    with open(os.path.join(st.root, "journal"), "rb") as f:
-        fk.check(not f.read().endswith(b"\n"), "the journal should end in a torn record")
+    frames, torn = wal_tail(os.path.join(st.root, WAL))
+    fk.check(torn > 0, "the WAL should end in a torn frame (%d whole frames, nothing more)" % frames)
     p2 = st.start()
     p2.wait_ready()
     robust.verify(history, p2, ks, root=st.root)
-    print("  %d writes acknowledged, write %d cut short in the journal: 504, torn tail dropped on restart"
-          % (i - 1, i))
+    print("  %d writes acknowledged, write %d cut short in the WAL (%d frames + %d bytes): 504, "
+          "the torn frame ignored on restart" % (i - 1, i, frames, torn))
 
 
 def test_fsync_eio_under_load():

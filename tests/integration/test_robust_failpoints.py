@@ -5,20 +5,20 @@ leaves behind").
 For each failpoint the process is started with FK_FAILPOINT=name (dies at the first hit),
 recovered and checked, then started again with FK_FAILPOINT=name:N (dies at the N-th hit,
 N random, so mid-run with earlier writes already committed), recovered and checked.
-After every recovery:
+After every recovery (robust.verify waits for the sweep that follows an unclean stop):
   - the history checker (fk.History) finds no acknowledged write lost, no fence below an
     acknowledged token, no rejected write present, no ack below an earlier ack;
   - every body served is exactly one body some write sent (bodies are unique and
     self-describing, so a torn or mixed body matches none) and equals the file on disk;
   - no `~tmp~` file is left under objects/, and no file of a key that is absent (a new
     key's body is written in place before its commit: docs/file-store.md); for the points
-    between staging and the journal write, the first crash leaves such uncommitted bodies
-    behind, so the cleanup really ran;
+    between staging and the index commit, the first crash leaves such uncommitted bodies
+    behind, so the sweep really ran;
   - a token below each recovered fence is refused with 409.
 
-The startup failpoints (recovery_after_roll_forward, snapshot_before_rename,
-snapshot_after_rename) kill the process while it opens the store: a crash during
-recovery itself, then a clean restart must still find everything.
+The startup failpoint recovery_after_roll_forward kills the process while it opens the
+store, right after it renamed a committed body into place and before it deleted the redo
+rows: a crash during recovery itself, then a clean restart must still find everything.
 
 The binary must be built with -DFK_FAILPOINTS=ON (scripts/test.sh does). A binary without
 them never dies: that is a failure under FK_REQUIRE_SERVICES=1, a skip otherwise.
@@ -32,11 +32,11 @@ import time
 import fk
 import robust
 
-WRITE_POINTS = ["before_body_fsync", "after_body_fsync", "before_journal_write",
-                "after_journal_write", "after_journal_sync", "after_rename", "before_reply"]
+WRITE_POINTS = ["before_body_fsync", "after_body_fsync", "before_index_commit",
+                "after_index_commit", "after_rename", "before_reply"]
 # At these points the first batch's bodies are on disk but not committed: all its keys are
 # new, so they were written in place (not as temp files), and recovery must remove them.
-UNCOMMITTED_AT = {"before_body_fsync", "after_body_fsync", "before_journal_write"}
+UNCOMMITTED_AT = {"before_body_fsync", "after_body_fsync", "before_index_commit"}
 RNG = random.Random(int(os.environ.get("FK_SEED", "0")) or None)
 
 
@@ -146,7 +146,7 @@ def expect_startup_crash(st, spec):
 
 
 def test_failpoint_recovery_after_roll_forward():
-    # Leave committed-but-not-renamed writes behind (crash right after the journal sync,
+    # Leave committed-but-not-renamed writes behind (crash right after the index commit,
     # puts only so the killed batch surely has a body to roll forward), then crash the
     # recovery right after it rolled one forward, then recover for real.
     st = fk.file_store()
@@ -155,44 +155,18 @@ def test_failpoint_recovery_after_roll_forward():
     history = fk.History()
     # A batch of first writes of new keys has nothing to roll forward (written in place),
     # and a temp file on disk may belong to a put still being staged for a later batch
-    # (removed, not rolled forward): crash again until a journaled write left its temp file.
+    # (removed, not rolled forward): crash again until a committed write left its temp file.
     for _ in range(5):
-        crash_under_load(st, "after_journal_sync:%d" % RNG.randint(3, 15), history, ks,
+        crash_under_load(st, "after_index_commit:%d" % RNG.randint(3, 15), history, ks,
                          tokens, mix={"put": 1})
-        tmp = robust.journaled_tmp_files(st.root)
+        tmp = robust.committed_tmp_files(st.root)
         if tmp:
             break
     fk.check(tmp, "no committed temp file left to roll forward")
     expect_startup_crash(st, "recovery_after_roll_forward")
+    fk.check(any(not os.path.exists(t) for t in tmp),
+             "the crashed recovery renamed none of %r" % tmp)
     recover_and_verify(st, history, ks, "after a crash during roll-forward")
-
-
-def _startup_snapshot_point(name):
-    st = fk.file_store()
-    ks = robust.Keyspace("sn", nlocks=3, keys_per_lock=2)
-    tokens = robust.Tokens(ks.locks)
-    history = fk.History()
-    # Some committed state, left by a kill -9 mid-load (journal with a possibly torn tail).
-    crash_under_load(st, "after_rename:%d" % RNG.randint(10, 40), history, ks, tokens)
-    # Every start writes a compacted snapshot: die while writing it.
-    expect_startup_crash(st, name)
-    names = sorted(os.listdir(st.root))
-    print("  after the crash in %s: %s" % (name, names))
-    if name == "snapshot_before_rename":
-        fk.check("journal.new" in names, "journal.new should be left behind: %r" % names)
-    recover_and_verify(st, history, ks, "after a crash in " + name)
-    fk.check("journal.new" not in os.listdir(st.root), "journal.new left after a clean start")
-    # And once more: the journal written by that recovery must itself be a good one.
-    expect_startup_crash(st, name + ":1")
-    recover_and_verify(st, history, ks, "second crash in " + name)
-
-
-def test_failpoint_snapshot_before_rename():
-    _startup_snapshot_point("snapshot_before_rename")
-
-
-def test_failpoint_snapshot_after_rename():
-    _startup_snapshot_point("snapshot_after_rename")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import zombies
 TTL_MS = 500
 WORK_MS = 1000    # the sanity holder S: twice its TTL
 # A works long enough for B to take the expired lock and finish a durable write (two
-# directory fsyncs, a syncfs and a journal fdatasync, or a Postgres commit) meanwhile,
+# directory fsyncs, a syncfs and the index's WAL fdatasync, or a Postgres commit) meanwhile,
 # even on a busy disk: with only WORK_MS, B had 500 ms for that.
 A_WORK_MS = 5000
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"

@@ -372,6 +372,7 @@ TEST_CASE("apply_json: ranges") {
         {"batch_concurrency", "postgres", 1, 1024},
         {"batch_overlap_ms", "postgres", 0, 60000},
         {"far_round_trip_ms", "postgres", 0, 60000},
+        {"fence_cache_size", "file", 1, 10000000},
     };
     for (const auto& c : cases) {
         const std::string section = c.section;

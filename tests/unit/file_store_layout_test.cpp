@@ -1,7 +1,6 @@
 #include "backends/file/detail/key_path.hpp"
 
 #include "backends/file/detail/crc32c.hpp"
-#include "backends/file/detail/journal.hpp"
 
 #include <doctest/doctest.h>
 
@@ -156,106 +155,4 @@ TEST_CASE("key paths: a body's location decodes back to its key, and nothing els
     CHECK_FALSE(key_for_object("", "."));
     CHECK(key_for_object("", "%2E%2E") == std::string(".."));
     CHECK(key_for_object("x~/y~", "z") == std::string("x/y/z"));
-}
-
-TEST_CASE("journal records round-trip, with hostile field bytes percent-encoded") {
-    record p = put_record("k e/y%\n\x7F", "lock one", 42, 7, 1700000000000);
-    p.size = 12;
-    p.body_crc = 0xDEADBEEF;
-    p.tmp = "y~tmp~1";
-    p.content_type = ""; // an empty last field survives
-    std::string text;
-    append_record(text, header_record(3));
-    append_record(text, p);
-    append_record(text, fence_record("L", 9223372036854775807, 5));
-    append_record(text, del_record("k", "L", 0, 3, 6));
-    CHECK(std::count(text.begin(), text.end(), '\n') == 4);
-    auto parsed = parse_journal(text);
-    CHECK_FALSE(parsed.damaged);
-    CHECK(parsed.valid_bytes == text.size());
-    REQUIRE(parsed.records.size() == 4);
-    CHECK(parsed.records[0].type == record_type::verified);
-    CHECK(parsed.records[0].count == 3);
-    const record& q = parsed.records[1];
-    CHECK(q.type == record_type::put);
-    CHECK(q.key == p.key);
-    CHECK(q.lock == p.lock);
-    CHECK(q.token == 42);
-    CHECK(q.version == 7);
-    CHECK(q.ms == 1700000000000);
-    CHECK(q.size == 12);
-    CHECK(q.body_crc == 0xDEADBEEF);
-    CHECK(q.tmp == "y~tmp~1");
-    CHECK(q.content_type.empty());
-    CHECK_FALSE(q.body); // no body field: none journaled
-    CHECK(parsed.records[2].token == 9223372036854775807);
-    CHECK(parsed.records[3].type == record_type::del);
-    CHECK(encode_field("a b%c") == "a%20b%25c");
-    CHECK(decode_field("a%20b%25c") == "a b%c");
-    CHECK_FALSE(decode_field("a%2"));
-    CHECK_FALSE(decode_field("a%zz"));
-}
-
-TEST_CASE("journal: a put record can carry its body, which must match its size and CRC") {
-    auto with_body = [](std::string body, std::uint64_t size, std::uint32_t crc) {
-        record p = put_record("k", "L", 1, 1, 5);
-        p.size = size;
-        p.body_crc = crc;
-        p.content_type = "application/octet-stream";
-        p.body = std::move(body);
-        std::string text;
-        append_record(text, p);
-        return text;
-    };
-    for (const std::string& body :
-         {std::string(), std::string("plain"), std::string("sp ace%\n\0\x7F\xFF", 11)}) {
-        CAPTURE(body);
-        auto parsed = parse_journal(with_body(body, body.size(), crc32c(0, body)));
-        CHECK_FALSE(parsed.damaged);
-        REQUIRE(parsed.records.size() == 1);
-        REQUIRE(parsed.records[0].body);
-        CHECK(*parsed.records[0].body == body);
-        CHECK(parsed.records[0].content_type == "application/octet-stream");
-    }
-    // A record whose body disagrees with its own size or CRC is not intact.
-    CHECK(parse_journal(with_body("abc", 4, crc32c(0, "abc"))).damaged);
-    CHECK(parse_journal(with_body("abc", 3, crc32c(0, "abd"))).damaged);
-}
-
-TEST_CASE("journal: a torn or corrupt tail stops replay; intact records after damage are flagged") {
-    std::string good;
-    append_record(good, fence_record("a", 1, 1));
-    append_record(good, fence_record("b", 2, 2));
-    std::string third;
-    append_record(third, fence_record("c", 3, 3));
-
-    SUBCASE("short last line") {
-        auto parsed = parse_journal(good + third.substr(0, 10));
-        CHECK(parsed.records.size() == 2);
-        CHECK(parsed.valid_bytes == good.size());
-        CHECK(parsed.damaged);
-        CHECK_FALSE(parsed.intact_after_damage);
-    }
-    SUBCASE("zeros after the last record (power loss after the size grew)") {
-        auto parsed = parse_journal(good + std::string(4096, '\0'));
-        CHECK(parsed.records.size() == 2);
-        CHECK(parsed.damaged);
-        CHECK_FALSE(parsed.intact_after_damage);
-    }
-    SUBCASE("flipped bit in the last line") {
-        std::string bad = third;
-        bad[12] ^= 1;
-        auto parsed = parse_journal(good + bad);
-        CHECK(parsed.records.size() == 2);
-        CHECK(parsed.damaged);
-        CHECK_FALSE(parsed.intact_after_damage);
-    }
-    SUBCASE("damage in the middle") {
-        std::string bad = good;
-        bad[3] ^= 1;
-        auto parsed = parse_journal(bad + third);
-        CHECK(parsed.records.empty());
-        CHECK(parsed.valid_bytes == 0);
-        CHECK(parsed.intact_after_damage);
-    }
 }

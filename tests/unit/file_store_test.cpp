@@ -275,6 +275,8 @@ TEST_CASE("keys that look like paths never escape ROOT/objects") {
                                      "x~+",
                                      "LOCK",
                                      "journal",
+                                     "index.db",
+                                     "index.db-wal",
                                      "objects/../x",
                                      percent,
                                      euro,
@@ -298,7 +300,7 @@ TEST_CASE("keys that look like paths never escape ROOT/objects") {
         CHECK_MESSAGE(g.error == errc::ok, k);
         CHECK_MESSAGE(g.body == "body of " + k, k);
     }
-    // Only ROOT exists next to ROOT, and ROOT holds only LOCK, journal, objects.
+    // Only ROOT exists next to ROOT, and ROOT holds only LOCK, the index and objects.
     std::vector<std::string> top, inside;
     for (auto& e : std::filesystem::directory_iterator(f.dir.path))
         top.push_back(e.path().filename().string());
@@ -306,7 +308,8 @@ TEST_CASE("keys that look like paths never escape ROOT/objects") {
         inside.push_back(e.path().filename().string());
     std::sort(inside.begin(), inside.end());
     CHECK(top == std::vector<std::string>{"root"});
-    CHECK(inside == std::vector<std::string>{"LOCK", "journal", "objects"});
+    CHECK(inside ==
+          std::vector<std::string>{"LOCK", "index.db", "index.db-shm", "index.db-wal", "objects"});
     std::size_t files = 0;
     for (auto& e : std::filesystem::recursive_directory_iterator(f.dir.path / "root" / "objects")) {
         CHECK_FALSE(e.is_symlink());
@@ -553,7 +556,7 @@ TEST_CASE("concurrent writes of new keys: every body matches the version that wr
                           e.path());
     };
     check_all(f);
-    // Recovery checks every body against its journal record (size and CRC).
+    // A restart finds every body as its index row describes it.
     f.s.reset();
     f.s = open_ok(f.io, f.dir.path / "root");
     check_all(f);
@@ -569,11 +572,11 @@ TEST_CASE("a failed fsync puts the store in the failed state") {
     };
     const fault_case cases[] = {
         {file_flush::syncfs, sync_kind::staged, errc::unavailable, large_body},
-        {file_flush::syncfs, sync_kind::journal, errc::outcome_unknown, "v2"},
-        {file_flush::syncfs, sync_kind::journal, errc::outcome_unknown, large_body},
+        {file_flush::syncfs, sync_kind::index, errc::outcome_unknown, "v2"},
+        {file_flush::syncfs, sync_kind::index, errc::outcome_unknown, large_body},
         {file_flush::fsync, sync_kind::body, errc::unavailable, "v2"},
         {file_flush::fsync, sync_kind::directory, errc::unavailable, "v2"}, // before commit
-        {file_flush::fsync, sync_kind::journal, errc::outcome_unknown, "v2"},
+        {file_flush::fsync, sync_kind::index, errc::outcome_unknown, "v2"},
     };
     for (const auto& c : cases) {
         CAPTURE(c.flush == file_flush::syncfs ? "syncfs" : "fsync");
@@ -623,7 +626,7 @@ TEST_CASE("a failed background syncfs puts the store in the failed state; the wr
     REQUIRE(flushes.load() >= 1);
     flushes = 0;
     fail_flushes = true;
-    // Committed through its journal record: acknowledged before the flusher runs.
+    // Committed with its body in its redo row: acknowledged before the flusher runs.
     CHECK(f.put("k", "k", 2, "v2").error == errc::ok);
     f.poll_until([&] { return !f.s->ready(); });
     detail::set_fsync_fault_for_tests(nullptr);
@@ -637,7 +640,7 @@ TEST_CASE("a failed background syncfs puts the store in the failed state; the wr
 }
 
 // The durability sequence of one write to an existing directory (docs/file-store.md,
-// "Write sequence"): what file.flush changes, and that the commit record is synced last.
+// "Write sequence"): what file.flush changes, and that the index commit is synced last.
 TEST_CASE("file.flush: the syncs of one write, in order") {
     using detail::sync_kind;
     std::mutex m;
@@ -656,7 +659,7 @@ TEST_CASE("file.flush: the syncs of one write, in order") {
                 out.push_back(k);
         return out;
     };
-    SUBCASE("syncfs, a large body: one syncfs before the commit record; no body or "
+    SUBCASE("syncfs, a large body: one syncfs before the index commit; no body or "
             "directory fsync") {
         fixture f(file_flush::syncfs);
         REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
@@ -664,20 +667,20 @@ TEST_CASE("file.flush: the syncs of one write, in order") {
         auto w = f.put("k", "k", 2, large_body);
         detail::set_fsync_fault_for_tests(nullptr);
         CHECK(w.error == errc::ok);
-        CHECK(without_background() == std::vector{sync_kind::staged, sync_kind::journal});
+        CHECK(without_background() == std::vector{sync_kind::staged, sync_kind::index});
     }
-    SUBCASE("syncfs, a small body: only the commit record is synced; a background syncfs "
+    SUBCASE("syncfs, a small body: only the index commit is synced; a background syncfs "
             "follows") {
         fixture f(file_flush::syncfs);
         REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
         detail::set_fsync_fault_for_tests(record);
         auto w = f.put("k", "k", 2, std::string(detail::journaled_body_max, 's'));
         CHECK(w.error == errc::ok);
-        CHECK(without_background() == std::vector{sync_kind::journal});
+        CHECK(without_background() == std::vector{sync_kind::index});
         // (The first put's flush may come in at any point.)
         auto background_after_commit = [&] {
             std::lock_guard lock(m);
-            auto j = std::find(seen.begin(), seen.end(), sync_kind::journal);
+            auto j = std::find(seen.begin(), seen.end(), sync_kind::index);
             return j != seen.end() && std::find(j, seen.end(), sync_kind::background) != seen.end();
         };
         f.poll_until(background_after_commit);
@@ -704,40 +707,19 @@ TEST_CASE("file.flush: the syncs of one write, in order") {
         }
         REQUIRE(f.s->batches() != nullptr);
         detail::set_fsync_fault_for_tests(nullptr);
-        CHECK(without_background() == std::vector{sync_kind::staged, sync_kind::journal});
+        CHECK(without_background() == std::vector{sync_kind::staged, sync_kind::index});
         for (int i = 0; i < 3; ++i)
             CHECK(f.get("k" + std::to_string(i)).body == bodies[i]);
     }
-    SUBCASE("fsync: the body, its directory, the commit record, the directory again") {
+    SUBCASE("fsync: the body, its directory, the index commit, the directory again") {
         fixture f(file_flush::fsync);
         REQUIRE(f.put("k", "k", 1, "v1").error == errc::ok);
         detail::set_fsync_fault_for_tests(record);
         auto w = f.put("k", "k", 2, "v2");
         detail::set_fsync_fault_for_tests(nullptr);
         CHECK(w.error == errc::ok);
-        CHECK(seen == std::vector{sync_kind::body, sync_kind::directory, sync_kind::journal,
+        CHECK(seen == std::vector{sync_kind::body, sync_kind::directory, sync_kind::index,
                                   sync_kind::directory});
-    }
-    SUBCASE("syncfs: a snapshot is written only after a syncfs") {
-        // With syncfs batches the last renames are durable only after the next syncfs,
-        // and a snapshot's records trust the bodies in place.
-        detail::set_compaction_threshold_for_tests(1);
-        fixture f(file_flush::syncfs);
-        detail::set_fsync_fault_for_tests(record);
-        for (int i = 0; i < 5; ++i)
-            REQUIRE(f.put("k" + std::to_string(i), "k", i + 1, "v").error == errc::ok);
-        detail::set_fsync_fault_for_tests(nullptr);
-        detail::set_compaction_threshold_for_tests(0);
-        int snapshots = 0;
-        const auto committer_syncs = without_background();
-        for (std::size_t i = 0; i < committer_syncs.size(); ++i) {
-            if (committer_syncs[i] != sync_kind::snapshot)
-                continue;
-            ++snapshots;
-            CHECK(i > 0);
-            CHECK(committer_syncs[i - 1] == sync_kind::filesystem);
-        }
-        CHECK(snapshots > 0);
     }
 }
 

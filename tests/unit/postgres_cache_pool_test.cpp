@@ -1,5 +1,5 @@
+#include "backends/fence_cache.hpp"
 #include "backends/postgres/detail/pool_state.hpp"
-#include "backends/postgres/fence_cache.hpp"
 
 #include <doctest/doctest.h>
 
@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+using namespace fk::store;
 using namespace fk::store::pg;
 
 TEST_CASE("fence cache keeps the maximum and proves staleness only below it") {

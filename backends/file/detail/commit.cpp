@@ -1,9 +1,6 @@
-// Longer than 400 lines and not split by role: the file store's journal and in-memory
-// index are next to be replaced by an embedded engine, which removes most of this file;
-// a split first would be thrown away.
-// The committer: the one thread that decides and commits writes (group commit).
-// The sequence per batch and what a crash at each step leaves behind are described in
-// docs/file-store.md, "Write sequence".
+// The batch committer: the one thread that decides and commits writes (group commit), and
+// its helpers, the flusher and the checkpointer. The sequence per batch and what a crash
+// at each step leaves behind: docs/file-store.md, "Write sequence".
 
 #include "backends/file/detail/file_store_impl.hpp"
 #include "backends/log/logging.hpp"
@@ -24,16 +21,21 @@ namespace {
 std::atomic<bool> hold_commits{false};
 std::atomic<std::uint64_t> enqueued{0};
 
-std::atomic<std::uint64_t> min_compaction_bytes{64ull << 20};
-
 // How long the committer holds a non-empty batch open for puts still being staged on the
 // pool (docs/file-store.md, "Write sequence", step 3).
 constexpr std::chrono::microseconds default_gather_window{300};
 std::atomic<std::int64_t> gather_window_us{default_gather_window.count()};
 
 // The flusher's pause after a syncfs, so that one syncfs serves the commits of that
-// pause (docs/file-store.md, "Journaled bodies").
+// pause (docs/file-store.md, "Redo rows").
 constexpr std::chrono::milliseconds flush_interval{50};
+
+// WAL pages (4 KiB) after which the checkpointer copies the WAL into the index file, and
+// after which the committer catches up itself between two batches: while commits keep
+// coming, the checkpointer's copy never reaches the end of the WAL, and only a
+// checkpoint that does lets the WAL start over (docs/file-store.md, "Checkpoints").
+constexpr int checkpoint_pages = 2048;
+constexpr int catch_up_pages = 4096;
 
 std::int64_t now_ms() {
     using namespace std::chrono;
@@ -44,9 +46,6 @@ std::int64_t now_ms() {
 
 void set_commit_hold_for_tests(bool hold) {
     hold_commits = hold;
-}
-void set_compaction_threshold_for_tests(std::uint64_t bytes) {
-    min_compaction_bytes = bytes ? bytes : 64ull << 20;
 }
 std::uint64_t enqueued_for_tests() {
     return enqueued.load();
@@ -59,6 +58,12 @@ void file_store::fail(std::string_view what, int err) {
     if (!failed_.exchange(true))
         logging::write(logging::level::error, "file store failed: every request now gets 503",
                        {{"root", root_}, {"error", errno_text(what, err)}});
+}
+
+void file_store::fail_index(std::string_view what) {
+    if (!failed_.exchange(true))
+        logging::write(logging::level::error, "file store failed: every request now gets 503",
+                       {{"root", root_}, {"step", what}, {"error", writer_.last_error()}});
 }
 
 void file_store::reply(pending& p) {
@@ -89,6 +94,7 @@ void file_store::enqueue(std::unique_ptr<pending> p, bool staged) {
 }
 
 void file_store::committer_main() {
+    auto last_batch = std::chrono::steady_clock::now();
     for (;;) {
         // Deferred items go first: they arrived before everything queued now. They wait
         // for a direct body of their key, which is queued or still being staged; until it
@@ -97,6 +103,7 @@ void file_store::committer_main() {
         batch.swap(deferred_);
         const std::size_t retried = batch.size();
         bool exiting = false;
+        bool idle = false;
         {
             std::unique_lock lock(queue_mutex_);
             std::optional<std::chrono::steady_clock::time_point> gather_until;
@@ -104,7 +111,7 @@ void file_store::committer_main() {
                 const bool held = hold_commits.load() && !committer_exit_;
                 if (!held && !queue_.empty()) {
                     // Gather: while other puts are still being staged, wait for them (at
-                    // most the window), so one journal sync (and syncfs) serves them too.
+                    // most the window), so one commit (and syncfs) serves them too.
                     // Idle or single-client load has nothing staging: no wait.
                     if (staging_ == 0 || committer_exit_)
                         break;
@@ -124,15 +131,37 @@ void file_store::committer_main() {
                     committer_gone_ = true;
                     return;
                 }
-                queue_cv_.wait_for(lock, std::chrono::milliseconds(held ? 1 : 100));
+                if (queue_cv_.wait_for(lock, std::chrono::milliseconds(held ? 1 : 100)) ==
+                        std::cv_status::timeout &&
+                    queue_.empty() && !held) {
+                    idle = true;
+                    break;
+                }
             }
             exiting = committer_exit_;
             for (auto& p : queue_)
                 batch.push_back(std::move(p));
             queue_.clear();
         }
+        if (idle && batch.empty()) {
+            // Nothing committed for a second: delete the redo rows the flusher has made
+            // unnecessary, so that a restart has little to replay. (Under load each batch
+            // deletes them in its own transaction.)
+            if (!failed_ && flushed_seq_.load() > trimmed_seq_ &&
+                std::chrono::steady_clock::now() - last_batch >= std::chrono::seconds(1))
+                trim_redo(true);
+            continue;
+        }
+        last_batch = std::chrono::steady_clock::now();
         const bool only_retries = batch.size() == retried;
         commit_batch(batch);
+        if (!failed_ && wal_frames_.load(std::memory_order_relaxed) >= catch_up_pages) {
+            int log = 0, done = 0;
+            if (writer_.checkpoint(log, done) != index_ok)
+                logging::write(logging::level::warn, "file store checkpoint failed",
+                               {{"root", root_}, {"error", writer_.last_error()}});
+            wal_frames_ = 0;
+        }
         if (exiting && only_retries && deferred_.size() == retried) {
             // Stopping, and nothing has come for them: answer rather than wait forever.
             for (auto& p : deferred_) {
@@ -144,8 +173,29 @@ void file_store::committer_main() {
             }
             deferred_.clear();
         }
-        maybe_compact();
     }
+}
+
+int file_store::trim_redo(bool standalone) {
+    const std::int64_t through = flushed_seq_.load();
+    if (through <= trimmed_seq_)
+        return index_ok;
+    int rc = standalone ? writer_.begin() : index_ok;
+    if (rc == index_ok)
+        rc = writer_.delete_redo_through(through);
+    if (rc == index_ok && standalone)
+        rc = writer_.commit();
+    if (rc != index_ok) {
+        if (standalone)
+            writer_.rollback();
+        fail_index("deleting redo rows");
+        return rc;
+    }
+    if (standalone)
+        trimmed_seq_ = through;
+    else
+        trimmed_seq_ = std::max(trimmed_seq_, through); // once the caller's COMMIT succeeds
+    return rc;
 }
 
 void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
@@ -213,56 +263,64 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         return;
     commit_sizes_.observe(batch.size());
 
-    // 1. Decide, in FIFO order, against committed state overlaid with earlier accepted
-    //    items of this batch. Only this thread writes fences_/keys_, so reading them
-    //    without the lock is safe here.
-    const std::int64_t ms = now_ms();
-    std::unordered_map<std::string, fence_entry> fence_overlay;
-    key_map key_overlay;
-    auto fence_of = [&](const std::string& lock) -> std::optional<fence_entry> {
-        if (auto f = fence_overlay.find(lock); f != fence_overlay.end())
-            return f->second;
-        if (auto f = fences_.find(lock); f != fences_.end())
-            return f->second;
-        return std::nullopt;
+    // An index error before the COMMIT: nothing was written; the store fails (fail-stop),
+    // and every item of the batch gets 503.
+    auto index_failed = [&](std::string_view what) {
+        writer_.rollback();
+        fail_index(what);
+        unlink_tmps();
+        fail_all(errc::unavailable, std::string(what) + ": the file store's index failed",
+                 which::all);
+        reply_all();
     };
-    auto key_of = [&](const std::string& key) -> key_meta {
-        if (auto k = key_overlay.find(key); k != key_overlay.end())
-            return k->second;
-        if (auto k = keys_.find(key); k != keys_.end())
-            return k->second;
-        return {};
-    };
-    auto advance = [&](const std::string& lock, token_t token) {
-        auto f = fence_of(lock);
-        if (!f || token > f->token)
-            fence_overlay[lock] = {token, ms};
-        return fence::advanced(f ? std::optional(f->token) : std::nullopt, token);
-    };
+    if (writer_.begin() != index_ok)
+        return index_failed("BEGIN");
+    if (trim_redo(false) != index_ok)
+        return index_failed("deleting redo rows");
 
-    std::string records;
+    // 1. Decide, in FIFO order, inside the transaction: each read sees the batch's earlier
+    //    accepted items, which is what makes check-and-write atomic per lock.
+    const std::int64_t ms = now_ms();
+    std::unordered_map<std::string, token_t> raised; // lock → fence after the batch
+    std::int64_t last_redo = 0;
     std::size_t accepted = 0;
-    std::size_t journaled = 0; // accepted puts whose body is in their record
-    std::uint64_t batch_body_bytes = 0;
+    // The fence of `lock` in the transaction, raised to `token` when that is higher.
+    auto advance = [&](const std::string& lock, std::optional<token_t> fence,
+                       token_t token) -> int {
+        if (fence && token <= *fence)
+            return index_ok;
+        raised[lock] = token;
+        return writer_.put_fence(lock, token, ms);
+    };
     for (auto& up : batch) {
         pending& p = *up;
-        auto f = fence_of(p.lock);
-        std::optional<token_t> fence = f ? std::optional(f->token) : std::nullopt;
         write_result& r = p.result;
+        fence_row f;
+        int rc = writer_.get_fence(p.lock, f);
+        if (rc != index_row && rc != index_done)
+            return index_failed("reading a fence");
+        const std::optional<token_t> fence =
+            rc == index_row ? std::optional<token_t>(f.token) : std::nullopt;
         if (p.op == pending::kind::fence) {
             if (!fence::accepts(fence, p.token)) {
                 r.error = errc::stale_token;
                 r.current_token = *fence;
                 continue;
             }
-            r.token = advance(p.lock, p.token);
-            append_record(records, fence_record(p.lock, p.token, ms));
+            if (advance(p.lock, fence, p.token) != index_ok)
+                return index_failed("writing a fence");
+            r.token = fence::advanced(fence, p.token);
             p.accepted = true;
             ++accepted;
             continue;
         }
-        key_meta km = key_of(p.key);
-        fence::key_state ks{km.exists, km.exists ? std::string_view(km.lock) : "", km.version};
+        key_row k;
+        rc = writer_.get_key(p.key, k);
+        if (rc != index_row && rc != index_done)
+            return index_failed("reading a key");
+        const bool exists = rc == index_row && k.exists;
+        const std::int64_t version = rc == index_row ? k.version : 0;
+        fence::key_state ks{exists, exists ? std::string_view(k.lock) : "", version};
         errc e = fence::check_write(ks, p.lock, fence, p.token, p.pre);
         if (e != errc::ok) {
             // Data only: the proxy words the reply (proxy/error_response.hpp).
@@ -270,128 +328,123 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             if (e == errc::stale_token)
                 r.current_token = fence.value_or(0);
             else if (e == errc::lock_mismatch)
-                r.lock = km.lock;
+                r.lock = k.lock;
             continue;
         }
         if (p.op == pending::kind::put) {
-            key_meta next;
+            key_row next;
             next.exists = true;
+            next.version = version + 1;
             next.lock = p.lock;
             next.token = p.token;
-            next.version = km.version + 1;
             next.ms = ms;
             next.size = p.size;
-            next.body_crc = p.body_crc;
+            next.crc = p.body_crc;
             next.content_type = p.content_type;
-            r.created = !km.exists;
+            if (writer_.put_key(p.key, next) != index_ok)
+                return index_failed("writing a key");
+            // A redo row for a write whose files are not yet known durable: a temp file to
+            // rename, or a body that only its row holds durably (docs/file-store.md).
+            if (!p.tmp.empty() || p.journaled_body) {
+                redo_row row;
+                row.key = p.key;
+                row.version = next.version;
+                row.tmp = p.tmp;
+                row.body = std::move(p.journaled_body);
+                p.journaled_body.reset();
+                p.journaled = row.body.has_value();
+                if (writer_.add_redo(row) != index_ok)
+                    return index_failed("writing a redo row");
+                last_redo = row.seq;
+            }
+            r.created = !exists;
             r.version = next.version;
-            r.token = advance(p.lock, p.token);
-            record rec = put_record(p.key, p.lock, p.token, next.version, ms);
-            rec.size = p.size;
-            rec.body_crc = p.body_crc;
-            rec.tmp = p.tmp;
-            rec.content_type = p.content_type;
-            rec.body = std::move(p.journaled_body);
-            p.journaled_body.reset();
-            p.body_journaled = rec.body.has_value();
-            journaled += p.body_journaled ? 1 : 0;
-            batch_body_bytes += rec.body ? rec.body->size() : 0;
-            append_record(records, rec);
-            key_overlay[p.key] = std::move(next);
-        } else if (km.exists) {
+        } else if (exists) {
             if (!p.dir) {
-                if (int err = open_dir(p.path, false, p.dir); err != 0) {
+                if (int err = objects_.open_dir(p.path, false, p.dir); err != 0) {
                     r = {};
                     r.error = errc::unavailable;
                     r.message = errno_text("opening the key's directory", err);
                     continue;
                 }
             }
+            if (writer_.tombstone_key(p.key, version) != index_ok)
+                return index_failed("writing a tombstone");
+            redo_row row;
+            row.key = p.key;
+            row.version = version;
+            row.is_delete = true;
+            if (writer_.add_redo(row) != index_ok)
+                return index_failed("writing a redo row");
+            last_redo = row.seq;
             p.existed = true;
-            r.version = km.version;
-            r.token = advance(p.lock, p.token);
-            append_record(records, del_record(p.key, p.lock, p.token, km.version, ms));
-            key_overlay[p.key] = tombstone(km.version, ms);
+            r.version = version;
         } else {
             // Deleting a missing key still checks and advances the fence
             // (docs/api.md#delete-resource).
-            r.version = km.version;
-            r.token = advance(p.lock, p.token);
-            append_record(records, fence_record(p.lock, p.token, ms));
+            r.version = version;
         }
+        if (advance(p.lock, fence, p.token) != index_ok)
+            return index_failed("writing a fence");
+        r.token = fence::advanced(fence, p.token);
         p.accepted = true;
         ++accepted;
     }
     for (auto& p : batch)
         if (!p->accepted)
             drop_staged(*p);
-    if (accepted == 0) {
-        reply_all(); // decided on committed state only
-        return;
-    }
 
-    // 2. The new bodies and tmp entries must be durable before the journal names them,
-    //    so that recovery can roll a committed write forward: one syncfs covers them
-    //    all, or (file.flush "fsync") each directory is fsynced, its bodies having been
-    //    fsynced when staged. A journaled body needs neither: its record carries it,
-    //    and recovery rewrites the file from there. A batch of only those (and deletes
-    //    and fence advances) goes straight to the commit.
-    std::unordered_map<std::string, int> tmp_dirs, touched_dirs;
+    // 2. The new bodies and temp entries must be durable before the index names them, so
+    //    that recovery can roll a committed write forward: one syncfs covers them all, or
+    //    (file.flush "fsync") each directory is fsynced, its bodies having been fsynced
+    //    when staged. A body in its redo row needs neither: recovery rewrites the file
+    //    from there. A batch of only those (and deletes and fence advances) goes straight
+    //    to the commit.
+    std::unordered_map<std::string, int> new_dirs, touched_dirs;
     for (auto& p : batch) {
         if (!p->accepted || !p->dir)
             continue;
-        if (p->op == pending::kind::put && !p->body_journaled)
-            tmp_dirs.emplace(p->path.dir_id(), p->dir->get());
+        if (p->op == pending::kind::put && !p->journaled)
+            new_dirs.emplace(p->path.dir_id(), p->dir->get());
         if ((p->op == pending::kind::put && !p->direct) || p->existed)
             touched_dirs.emplace(p->path.dir_id(), p->dir->get());
     }
-    if (syncfs_batches_ && !tmp_dirs.empty()) {
-        tmp_dirs.clear();
-        if (int err = sync_fd(objects_fd_->get(), sync_kind::staged); err != 0) {
-            fail("syncfs before the commit", err);
-            unlink_tmps();
-            fail_all(errc::unavailable, errno_text("syncfs before the commit", err), which::all);
-            reply_all();
-            return;
-        }
-    }
-    for (auto& [id, fd] : tmp_dirs) {
-        if (int err = sync_fd(fd, sync_kind::directory); err != 0) {
-            fail("fsync of a directory holding new temp files", err);
-            unlink_tmps();
-            // Rejections may have been decided on this batch's uncommitted fences: they
-            // must not be reported, so the whole batch is "unavailable" (nothing written).
-            fail_all(errc::unavailable, errno_text("fsync of a directory", err), which::all);
-            reply_all();
-            return;
-        }
-    }
-
-    // 3. The commit point: one write, one fdatasync.
-    FK_FAILPOINT("before_journal_write");
-    int err = write_all(journal_fd_.get(), records);
-    if (err == 0) {
-        FK_FAILPOINT("after_journal_write");
-        err = sync_fd(journal_fd_.get(), sync_kind::journal);
-        if (err != 0)
-            fail("fdatasync of the journal", err);
-    } else {
-        fail("append to the journal", err);
-    }
-    if (err != 0) {
-        // Rejections may rest on fences of this batch that never became durable.
-        fail_all(errc::outcome_unknown, errno_text("journal commit", err), which::accepted);
-        fail_all(errc::unavailable, errno_text("journal commit", err), which::rejected);
+    auto sync_failed = [&](std::string_view what, int err) {
+        fail(what, err);
+        writer_.rollback();
+        unlink_tmps();
+        // Rejections may have been decided on this batch's uncommitted fences: they must
+        // not be reported, so the whole batch is "unavailable" (nothing written).
+        fail_all(errc::unavailable, errno_text(what, err), which::all);
         reply_all();
-        return;
+    };
+    if (syncfs_batches_ && !new_dirs.empty()) {
+        new_dirs.clear();
+        if (int err = sync_fd(objects_.fd(), sync_kind::staged); err != 0)
+            return sync_failed("syncfs before the commit", err);
     }
-    journal_bytes_ += records.size();
-    body_bytes_ += batch_body_bytes;
-    FK_FAILPOINT("after_journal_sync");
+    for (auto& [id, fd] : new_dirs)
+        if (int err = sync_fd(fd, sync_kind::directory); err != 0)
+            return sync_failed("fsync of a directory holding new bodies", err);
 
-    // 4. Make the bodies match the journal, atomically with the in-memory state.
+    // 3. The commit point, then 4. the files made to match, both under the exclusive
+    //    state lock: a GET never pairs a body with another version's row.
+    FK_FAILPOINT("before_index_commit");
+    int err = 0;
     {
         std::unique_lock lock(state_mutex_);
+        if (writer_.commit() != index_ok) {
+            lock.unlock();
+            fail_index("COMMIT");
+            // Rejections may rest on fences of this batch that never became durable.
+            fail_all(errc::outcome_unknown, "the file store's index commit failed",
+                     which::accepted);
+            fail_all(errc::unavailable, "the file store's index commit failed", which::rejected);
+            // The staged files stay: if the commit did reach the disk, recovery needs them.
+            reply_all();
+            return;
+        }
+        FK_FAILPOINT("after_index_commit");
         for (auto& p : batch) {
             if (!p->accepted || !p->dir)
                 continue;
@@ -407,12 +460,6 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
                 break;
             }
         }
-        if (err == 0) {
-            for (auto& [lock_name, f] : fence_overlay)
-                fences_[lock_name] = f;
-            for (auto& [key, k] : key_overlay)
-                keys_[key] = std::move(k);
-        }
     }
     if (err != 0) {
         fail("rename of a committed body", err);
@@ -423,24 +470,43 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     }
     FK_FAILPOINT("after_rename");
 
-    // 5. Make the renames and unlinks durable. With syncfs batches this is left to the
-    //    flusher's syncfs (or a later batch's, or the one before a snapshot), as are
-    //    journaled bodies: the write is already durable through its journal record and
-    //    its synced temp file or journaled body, and recovery redoes a rename that a
-    //    power loss undid and rewrites a journaled body that it lost.
+    // The cache learns only committed fences.
+    for (auto& [lock_name, token] : raised)
+        cache_.observe_fence(lock_name, token);
+    for (auto& p : batch) {
+        if (p->accepted && p->op == pending::kind::put)
+            cache_.observe_key(p->key, p->lock);
+        else if (p->accepted && p->op == pending::kind::remove)
+            cache_.forget_key(p->key);
+        else if (!p->accepted && p->result.error == errc::stale_token)
+            cache_.observe_fence(p->lock, p->result.current_token);
+    }
+
+    // 5. Make the renames and unlinks durable. With syncfs batches this is the flusher's
+    //    syncfs, after which the batch's redo rows go; until then recovery redoes a rename
+    //    that a power loss undid and rewrites a body that it lost.
+    if (last_redo != 0)
+        committed_seq_ = last_redo;
     if (syncfs_batches_) {
-        if (journaled != 0 || !touched_dirs.empty())
+        if (last_redo != 0)
             request_flush();
-        touched_dirs.clear();
-    }
-    for (auto& [id, fd] : touched_dirs) {
-        if (int e = sync_fd(fd, sync_kind::directory); e != 0) {
-            fail("fsync of a directory after rename", e);
-            fail_all(errc::outcome_unknown, errno_text("fsync of a directory", e), which::accepted);
-            reply_all();
-            return;
+    } else {
+        for (auto& [id, fd] : touched_dirs) {
+            if (int e = sync_fd(fd, sync_kind::directory); e != 0) {
+                fail("fsync of a directory after rename", e);
+                fail_all(errc::outcome_unknown, errno_text("fsync of a directory", e),
+                         which::accepted);
+                reply_all();
+                return;
+            }
         }
+        if (last_redo != 0)
+            flushed_seq_ = last_redo;
     }
+    // Deletes may have left directories empty.
+    for (auto& p : batch)
+        if (p->accepted && p->existed)
+            objects_.reclaim_empty(p->path);
     FK_FAILPOINT("before_reply");
     // No log line here: the handler logs each applied request's "fence advanced" line,
     // with its request_id and peer, which the store does not know.
@@ -465,42 +531,54 @@ void file_store::flusher_main() {
             return; // exiting, nothing left to flush
         flush_wanted_ = false;
         lock.unlock();
-        // Nothing depends on this syncfs for correctness (the journal holds the bodies),
-        // but a write-back error means bodies in place were lost: fail like any other.
-        if (!failed_)
-            if (int err = sync_fd(objects_fd_->get(), sync_kind::background); err != 0)
-                fail("background syncfs of journaled bodies", err);
+        // Every batch through `through` renamed its files before this syncfs starts.
+        const std::int64_t through = committed_seq_.load();
+        // A write-back error means bodies in place were lost: fail like any other.
+        if (!failed_) {
+            if (int err = sync_fd(objects_.fd(), sync_kind::background); err != 0)
+                fail("background syncfs", err);
+            else
+                flushed_seq_ = through;
+        }
         lock.lock();
         flush_cv_.wait_for(lock, flush_interval, [&] { return flusher_exit_; });
     }
 }
 
-void file_store::maybe_compact() {
-    if (failed_)
-        return;
-    const std::uint64_t min_bytes = min_compaction_bytes.load();
-    // A snapshot costs the committer time in proportion to the number of keys (the
-    // writes wait meanwhile), so journaled bodies, which replay needs no more work for,
-    // do not bring it forward; they only bound the whole file, at four times as much.
-    const std::uint64_t threshold = std::max({min_bytes, 4 * snapshot_bytes_, next_compaction_});
-    const std::uint64_t records_bytes = journal_bytes_ - body_bytes_;
-    if (records_bytes < threshold && journal_bytes_ < 4 * threshold)
-        return;
-    std::string error;
-    // With syncfs batches the last batches' renames are durable only after the next
-    // syncfs, and the snapshot is about to trust the bodies in place.
-    if (syncfs_batches_) {
-        if (int err = sync_fd(objects_fd_->get(), sync_kind::filesystem); err != 0) {
-            fail("syncfs before a journal snapshot", err);
-            return;
+int file_store::on_wal_commit(void* self, sqlite3*, const char*, int pages) {
+    auto* s = static_cast<file_store*>(self);
+    s->wal_frames_.store(pages, std::memory_order_relaxed);
+    if (pages >= checkpoint_pages) {
+        {
+            std::lock_guard lock(s->checkpoint_mutex_);
+            s->wal_pages_ = pages;
         }
+        s->checkpoint_cv_.notify_one();
     }
-    if (write_snapshot(error) == 0) {
-        next_compaction_ = 0;
-    } else {
-        logging::write(logging::level::warn, "file store journal compaction failed",
-                       {{"root", root_}, {"error", error}});
-        next_compaction_ = records_bytes + min_bytes; // try again later
+    return 0;
+}
+
+void file_store::checkpointer_main() {
+    index_checkpointer cp;
+    if (cp.open(index_path_) != index_ok) {
+        logging::write(logging::level::error, "file store checkpointer could not open the index",
+                       {{"root", root_}, {"error", cp.last_error()}});
+        return;
+    }
+    std::unique_lock lock(checkpoint_mutex_);
+    for (;;) {
+        checkpoint_cv_.wait(lock, [&] { return wal_pages_ > 0 || checkpointer_exit_; });
+        if (checkpointer_exit_)
+            return;
+        wal_pages_ = 0;
+        lock.unlock();
+        // PASSIVE: copies what it can without blocking the committer or readers; the WAL
+        // starts over at the first commit after a checkpoint that copied everything.
+        int log = 0, done = 0;
+        if (cp.checkpoint(log, done) != index_ok)
+            logging::write(logging::level::warn, "file store checkpoint failed",
+                           {{"root", root_}, {"error", cp.last_error()}});
+        lock.lock();
     }
 }
 

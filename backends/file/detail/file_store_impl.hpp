@@ -1,14 +1,28 @@
 #pragma once
 // The file store's implementation class. Only file_store.cpp's factory and the unit tests
-// see it; everyone else uses store (backends/store.hpp).
+// see it; everyone else uses store (backends/store.hpp). docs/file-store.md describes the
+// layout, the write sequence and recovery.
 //
-// Threads: requests start on the caller's executor (the I/O threads); body writes, reads
-// and directory creation run on pool_; every decision and every journal write happens on
-// the single committer_ thread, which is what makes a lock's check-and-write atomic.
-// state_mutex_ guards fences_ and keys_: the committer is their only writer.
+// Roles and threads:
+// - requests (file_store.cpp) start on the caller's executor (the I/O threads), which
+//   only consult the fence cache and hand work on; reads, pre-checks against the index
+//   and body staging run on pool_ (the body I/O pool), each task with an index_reader
+//   leased from readers_;
+// - the committer thread (commit.cpp) is the only writer of the index: it decides every
+//   write against the index inside one transaction per batch, which is what makes a
+//   lock's check-and-write atomic, commits, then renames bodies into place;
+// - the flusher thread syncfs()es after batches, so that their redo rows can go;
+// - the checkpointer thread copies the WAL into the index file (PASSIVE checkpoints);
+// - the sweeper thread removes what a crash left in objects/ (recovery.cpp), after
+//   startup, only when the last run did not stop cleanly.
+// state_mutex_: the committer holds it exclusively from its COMMIT through the renames,
+// and a GET holds it shared while it reads a key's row and opens its body, so a body is
+// never paired with another version's metadata.
 
-#include "backends/file/detail/journal.hpp"
+#include "backends/fence_cache.hpp"
+#include "backends/file/detail/index.hpp"
 #include "backends/file/detail/key_path.hpp"
+#include "backends/file/detail/objects_dir.hpp"
 #include "backends/file/detail/sys.hpp"
 #include "backends/file/file_store.hpp"
 
@@ -21,45 +35,19 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 namespace fk::store::detail {
 
-struct fence_entry {
-    token_t token = 0;
-    std::int64_t updated_ms = 0;
-};
-
-struct key_meta {
-    bool exists = false; // false: a tombstone, kept for its version
-    std::string lock;
-    token_t token = 0;
-    std::int64_t version = 0;
-    std::int64_t ms = 0;
-    std::uint64_t size = 0;
-    std::uint32_t body_crc = 0;
-    std::string content_type;
-};
-
-inline key_meta tombstone(std::int64_t version, std::int64_t ms) {
-    key_meta m;
-    m.version = version;
-    m.ms = ms;
-    return m;
-}
-
-using fence_map = std::map<std::string, fence_entry>; // bytewise order for listing
-
-// Bodies up to this size are copied into their journal record (file.flush "syncfs").
+// Bodies up to this size are copied into their redo row (file.flush "syncfs"), so their
+// files need not be durable before the commit.
 inline constexpr std::size_t journaled_body_max = 4096;
-using key_map = std::unordered_map<std::string, key_meta>;
 
 // One write, delete or fence advance on its way through the committer.
 struct pending {
@@ -73,23 +61,21 @@ struct pending {
     std::uint64_t size = 0;
     std::uint32_t body_crc = 0;
     std::string tmp; // the temp file, or "" when `direct`
-    // put: a copy of the body for its journal record (a small body with file.flush
-    // "syncfs"): the batch commits it without a syncfs, and recovery rewrites the file
-    // from the journal if the file did not reach the disk.
+    // put: a copy of a small body for its redo row (file.flush "syncfs"): the batch commits
+    // it without a syncfs, and recovery rewrites the file from the row if the file did not
+    // reach the disk.
     std::optional<std::string> journaled_body;
-    bool body_journaled = false; // the committer put journaled_body into the record
-    // put: the body was created at its final path (the key had no body and no other
-    // write of it was in flight), so committing it needs no rename. The store's claim
-    // on the key (file_store::claims_) keeps everyone else off that path until the
-    // committer has decided it.
+    // put: the body was created at its final path (no file was there and no other write
+    // of the key was in flight), so committing it needs no rename. The store's claim on
+    // the key (claims_) keeps everyone else off that path until the committer decided.
     bool direct = false;
-    bool had_body = false; // put: the key had a body when admitted (then never direct)
     // put / remove: the body's directory (opened by the stage step or by the committer)
     object_path path;
     std::shared_ptr<unique_fd> dir;
     // the decision and the waiter
     bool accepted = false;
-    bool existed = false; // remove: a body was there to unlink
+    bool existed = false;   // remove: a body was there to unlink
+    bool journaled = false; // put: its body went into its redo row
     write_result result;
     // optional + emplace: Boost 1.81's any_completion_handler move assignment recurses
     // forever (it re-wraps an lvalue of itself); construction is fine.
@@ -115,46 +101,44 @@ public:
     const commit_stats* batches() const noexcept override { return &commit_sizes_; }
     void stop() override;
 
+    // Tests: block until the sweep after an unclean start has finished (true), or
+    // there is none (false).
+    bool wait_for_sweep();
+
 private:
     // --- startup (recovery.cpp) ---
     std::optional<open_error> open_root(const std::string& root);
-    std::optional<open_error> recover();
-    // Does the body (or, with roll_forward, its temp file, then renamed into place) hold
-    // what `r` says? Returns 0 or the errno of a failure that must stop startup.
-    int verify_put(const record& r, bool roll_forward, bool& ok, bool& rolled);
-    // Rewrites the body of `r` (a record carrying it) at its path, through a temp file
-    // and a rename; recover() makes it durable with its final syncfs. 0 or errno.
-    int restore_body(const record& r);
-    // Removes temp files, and bodies of keys the journal does not have (a new key's body
-    // written in place whose commit never happened).
-    void remove_stray_files();
-    // Writes state as a compacted journal and makes it the journal. 0 or errno.
-    int write_snapshot(std::string& error);
+    std::optional<open_error> open_index();
+    bool objects_empty() const;
+    // Makes the files of every write in a redo row match the index (roll forward,
+    // restore from the row, remove what a delete or a later write superseded).
+    std::optional<open_error> replay_redo();
+    // The sweeper: removes temp files of earlier runs, and bodies of keys the index does
+    // not have (a new key's body written in place whose commit never happened).
+    void sweep_main();
 
     // --- requests (file_store.cpp) ---
     bool usable() const noexcept { return !failed_ && !stopped_; }
-    // Full decision against the committed state; ok means "send it to the committer".
-    // has_body (optional): set to whether the key has a body in the committed state.
-    errc precheck(const std::string& key, const std::string& lock, token_t token,
-                  const fence::preconditions& pre, write_result& r, bool* has_body = nullptr) const;
-    // Validation + precheck shared by put and remove: the pending item to commit, or null
-    // with `r` holding the answer.
-    std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
-                                   token_t token, const fence::preconditions& pre,
-                                   write_result& r) const;
-    // Writes `body` to its file; may move it into p.journaled_body.
+    // The cache's answer: stale_token (r filled) when it proves `token` stale for a write
+    // of `key` under `lock` ("" for a fence advance), ok otherwise.
+    errc cached_stale(const std::string& key, const std::string& lock, token_t token,
+                      write_result& r);
+    // The full rule against the committed index; ok: go on to the committer.
+    errc precheck(index_reader& idx, const std::string& key, const std::string& lock, token_t token,
+                  const fence::preconditions& pre, write_result& r, bool* has_body = nullptr);
+    // Pre-check, then the body written to its file; ok: queued for the committer.
     write_result stage_put(pending& p, std::string& body);
-    object_result read_body(const std::string& key);
-    int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
+    object_result read_object(const std::string& key, bool with_body);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
-    // put: stages the body on pool_ and hands the item to the committer from there, so
-    // the waiter is resumed once, with the final result.
+    // put: pre-checks and stages the body on pool_ and hands the item to the committer
+    // from there, so the waiter is resumed once, with the final result.
     net::awaitable<write_result> stage_and_submit(std::unique_ptr<pending> p, std::string body);
     std::string unique_suffix();
     // Claims: a key maps to true while a direct body staged for it waits at its final
-    // path, to false while the committer's batch is about to rename or unlink there.
-    // A direct body is staged only for an unclaimed key, and a batch defers an item
-    // whose key has a direct body waiting, so neither ever replaces the other's file.
+    // path (or the sweeper checks it), to false while the committer's batch is about to
+    // rename or unlink there. A direct body is staged only for an unclaimed key, and a
+    // batch defers an item whose key has a direct body waiting, so neither ever replaces
+    // the other's file.
     bool claim_direct(const std::string& key);
     void release_claims(const std::vector<std::string>& keys);
     // Removes a staged body that will not be committed (its temp file, or the direct
@@ -163,50 +147,63 @@ private:
     // drop_staged, plus the claim of a direct body: for an item that never reaches a batch.
     void abandon_staged(pending& p);
 
+    // A reader for the calling pool thread, returned when the lease ends.
+    struct reader_lease {
+        file_store* owner;
+        std::unique_ptr<index_reader> reader;
+        reader_lease(file_store* o, std::unique_ptr<index_reader> r)
+            : owner(o), reader(std::move(r)) {}
+        reader_lease(reader_lease&& o) noexcept = default;
+        reader_lease& operator=(reader_lease&&) = delete;
+        ~reader_lease();
+        index_reader& operator*() const { return *reader; }
+        index_reader* operator->() const { return reader.get(); }
+    };
+    reader_lease lease_reader();
+
     // --- committer (commit.cpp) ---
     void enqueue(std::unique_ptr<pending> p, bool staged = false);
     void committer_main();
     void commit_batch(std::deque<std::unique_ptr<pending>>& batch);
-    void maybe_compact();
+    // Deletes redo rows whose files the flusher has made durable (in its own
+    // transaction when `standalone`, else in the caller's).
+    int trim_redo(bool standalone);
     void reply(pending& p);
     void fail(std::string_view what, int err);
-    // The flusher: a syncfs() after batches that committed journaled bodies or renamed
-    // or unlinked files, off the commit path, so files in place become durable soon and
-    // the snapshot's syncfs and recovery have little left to do.
+    void fail_index(std::string_view what);
     void flusher_main();
     void request_flush();
+    void checkpointer_main();
+    static int on_wal_commit(void* self, struct sqlite3*, const char*, int pages);
 
     net::io_context& io_;
-    // true: bodies are written without fsync; small ones are journaled with their
-    // records (the flusher's syncfs writes their files later), and for a batch with a
-    // larger one a syncfs makes its files (and their directory entries) durable before
-    // the commit record; false: each body is fsynced when staged and each directory
-    // holding one before the commit record.
+    // true: bodies are written without fsync; small ones are copied into their redo rows
+    // (the flusher's syncfs writes their files later), and for a batch with a larger one a
+    // syncfs makes its files (and their directory entries) durable before the commit;
+    // false: each body is fsynced when staged and each directory holding one before the
+    // commit.
     bool syncfs_batches_ = true;
     std::string root_;
+    std::string index_path_;
     unique_fd root_fd_;
     unique_fd lock_fd_;
-    std::shared_ptr<unique_fd> objects_fd_;
-    unique_fd journal_fd_;
-    std::uint64_t journal_bytes_ = 0;  // committer only
-    std::uint64_t body_bytes_ = 0;     // committer only: journaled bodies' share of it
-    std::uint64_t snapshot_bytes_ = 0; // committer only
-    std::uint64_t next_compaction_ = 0;
+    objects_dir objects_;
+
+    index_writer writer_; // committer only (and open/stop, when the committer is not running)
+    std::mutex readers_mutex_;
+    std::vector<std::unique_ptr<index_reader>> readers_;
+    fence_cache cache_;
 
     mutable std::shared_mutex state_mutex_;
-    fence_map fences_;
-    key_map keys_;
-
-    // Directories whose entry is known durable (created and parent fsynced by us, or
-    // present at startup, which ends with syncfs). Keyed by object_path::dir_id().
-    std::mutex dirs_mutex_;
-    std::unordered_set<std::string> durable_dirs_;
 
     std::uint64_t nonce_ = 0;
     std::atomic<std::uint64_t> seq_{0};
 
     std::atomic<bool> failed_{false};
     std::atomic<bool> stopped_{false};
+    bool clean_start_ = true; // the last run stopped cleanly (no sweep needed)
+    bool opened_ = false;     // open() finished: stop() has threads to end and a mark to set
+    std::atomic<bool> sweep_done_{false};
 
     std::mutex claims_mutex_;
     std::unordered_map<std::string, bool> claims_; // see claim_direct()
@@ -223,14 +220,33 @@ private:
     // Items whose key had a direct body waiting: retried, in order, with the next batch.
     std::deque<std::unique_ptr<pending>> deferred_; // committer only
 
+    // Redo rows (docs/file-store.md, "Redo rows"): the last seq whose batch has renamed
+    // its files; the last seq whose files are durable (the flusher's syncfs, or the
+    // committer's directory fsyncs with file.flush "fsync"); the last seq deleted.
+    std::atomic<std::int64_t> committed_seq_{0};
+    std::atomic<std::int64_t> flushed_seq_{0};
+    std::int64_t trimmed_seq_ = 0; // committer only
+
     std::mutex flush_mutex_;
     std::condition_variable flush_cv_;
     bool flush_wanted_ = false; // guarded by flush_mutex_
     bool flusher_exit_ = false; // guarded by flush_mutex_
 
+    std::atomic<int> wal_frames_{0}; // frames in the WAL after the last commit (its hook)
+    std::mutex checkpoint_mutex_;
+    std::condition_variable checkpoint_cv_;
+    int wal_pages_ = 0;              // guarded by checkpoint_mutex_
+    bool checkpointer_exit_ = false; // guarded by checkpoint_mutex_
+
+    std::mutex sweep_mutex_;
+    std::condition_variable sweep_cv_;
+    bool sweep_running_ = false; // guarded by sweep_mutex_
+
     net::thread_pool pool_;
     std::thread committer_;
     std::thread flusher_;
+    std::thread checkpointer_;
+    std::thread sweeper_;
 };
 
 // Test hooks: hold the committer (items queue up and form one batch when released),
@@ -241,7 +257,5 @@ std::uint64_t enqueued_for_tests();
 void set_gather_window_for_tests(std::chrono::microseconds window);
 // Puts of KEY wait on the pool, after writing their body, until the hold is lifted ("").
 void set_stage_hold_for_tests(const std::string& key);
-// Compact the journal once it reaches max(bytes, 4 × last snapshot); 0 restores 64 MiB.
-void set_compaction_threshold_for_tests(std::uint64_t bytes);
 
 } // namespace fk::store::detail

@@ -1,9 +1,10 @@
-// Startup: the directory lock, journal replay, roll-forward of committed writes, removal
-// of stray temp files, and the compacted snapshot that records those decisions.
+// Startup and shutdown: the directory lock, the conversion of a journal-format directory,
+// opening the index, replaying redo rows, and the sweep after an unclean stop.
 // See docs/file-store.md, "Recovery".
 
 #include "backends/file/detail/crc32c.hpp"
 #include "backends/file/detail/file_store_impl.hpp"
+#include "backends/file/detail/legacy_import.hpp"
 #include "backends/log/logging.hpp"
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
+#include <map>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,22 +55,28 @@ int file_matches(int dir, const std::string& name, std::uint64_t size, std::uint
     return 0;
 }
 
-key_meta meta_of(const record& r) {
-    key_meta m;
-    m.exists = r.type == record_type::put;
-    m.version = r.version;
-    m.ms = r.ms;
-    if (m.exists) {
-        m.lock = r.lock;
-        m.token = r.token;
-        m.size = r.size;
-        m.body_crc = r.body_crc;
-        m.content_type = r.content_type;
-    }
-    return m;
-}
-
 } // namespace
+
+bool file_store::objects_empty() const {
+    int fd = ::openat(objects_.fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+        ::close(fd);
+        return false;
+    }
+    bool empty = true;
+    while (dirent* e = ::readdir(d)) {
+        const std::string_view name = e->d_name;
+        if (name != "." && name != "..") {
+            empty = false;
+            break;
+        }
+    }
+    ::closedir(d);
+    return empty;
+}
 
 std::optional<open_error> file_store::open_root(const std::string& root) {
     root_ = root;
@@ -100,202 +108,175 @@ std::optional<open_error> file_store::open_root(const std::string& root) {
         ::pwrite(lock_fd_.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
         return io_error(root, "write LOCK", errno);
 
-    if (::mkdirat(root_fd_.get(), "objects", 0755) != 0 && errno != EEXIST)
-        return io_error(root, "mkdir objects", errno);
-    objects_fd_ = std::make_shared<unique_fd>(
-        ::openat(root_fd_.get(), "objects", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!*objects_fd_)
-        return io_error(root, "open objects", errno);
+    if (int err =
+            objects_.open(root_fd_.get(), [this](std::string_view what, int e) { fail(what, e); });
+        err != 0)
+        return io_error(root, "open objects", err);
     return std::nullopt;
 }
 
-int file_store::verify_put(const record& r, bool roll_forward, bool& ok, bool& rolled) {
-    ok = rolled = false;
-    auto path = object_path_for(r.key);
-    if (!path)
-        return 0;
-    std::shared_ptr<unique_fd> dir;
-    if (int err = open_dir(*path, false, dir); err != 0)
-        return err == ENOENT ? 0 : err;
-    if (roll_forward && !r.tmp.empty()) {
-        // Committed but not yet renamed when the process stopped: finish the rename.
-        if (int err = file_matches(dir->get(), r.tmp, r.size, r.body_crc, ok); err != 0)
-            return err;
-        if (ok) {
-            if (::renameat(dir->get(), r.tmp.c_str(), dir->get(), path->file.c_str()) != 0)
-                return errno;
-            rolled = true;
-            FK_FAILPOINT("recovery_after_roll_forward");
-            return sync_fd(dir->get(), sync_kind::directory);
-        }
-    }
-    return file_matches(dir->get(), path->file, r.size, r.body_crc, ok);
-}
-
-int file_store::restore_body(const record& r) {
-    auto path = object_path_for(r.key);
-    if (!path || !r.body)
-        return EINVAL;
-    std::shared_ptr<unique_fd> dir;
-    if (int err = open_dir(*path, true, dir); err != 0)
+std::optional<open_error> file_store::open_index() {
+    // A directory written by fencekeeper 0.1 (ROOT/journal) is converted first.
+    if (auto err = import_legacy_journal(root_, root_fd_.get(), objects_.fd()))
         return err;
-    const std::string tmp = tmp_name(path->file, unique_suffix());
-    unique_fd fd(::openat(dir->get(), tmp.c_str(),
-                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!fd)
-        return errno;
-    int err = write_all(fd.get(), *r.body);
-    fd.reset();
-    if (err == 0 && ::renameat(dir->get(), tmp.c_str(), dir->get(), path->file.c_str()) != 0)
-        err = errno;
-    if (err != 0)
-        ::unlinkat(dir->get(), tmp.c_str(), 0);
-    return err;
+    index_path_ = root_ + "/" + index_file;
+    // 32 MiB of page cache for the committer's connection: the upper levels of both
+    // tables' B-trees and the pages recent batches touched (docs/file-store.md, "Memory").
+    const index_open_result r = writer_.open(index_path_, 32 * 1024);
+    if (r.newer)
+        return open_error{"file store " + root_ + ": " + index_file + " has format " +
+                              std::to_string(r.found_format) +
+                              ", written by a newer fencekeeper; " +
+                              "this one reads formats up to " + std::to_string(index_format),
+                          2};
+    if (r.rc != index_ok)
+        return open_error{
+            "file store " + root_ + ": opening " + index_file + ": " + writer_.last_error(), 1};
+    if (r.found_format == 0 && !objects_empty()) {
+        // A new index beside bodies: index.db was lost or deleted (a journal would have
+        // been converted above). Starting empty would forget every fence.
+        writer_.close();
+        ::unlinkat(root_fd_.get(), index_file, 0);
+        for (const char* side : {"index.db-wal", "index.db-shm"})
+            ::unlinkat(root_fd_.get(), side, 0);
+        return open_error{"file store " + root_ + ": objects/ holds bodies but there is no " +
+                              index_file +
+                              "; refusing to start empty, which would forget every fence "
+                              "(restore the index from a backup; docs/file-store.md, Recovery)",
+                          1};
+    }
+    clean_start_ = r.clean;
+    writer_.on_wal_commit(&file_store::on_wal_commit, this);
+    return std::nullopt;
 }
 
-std::optional<open_error> file_store::recover() {
-    std::string text;
-    {
-        unique_fd fd(::openat(root_fd_.get(), "journal", O_RDONLY | O_CLOEXEC));
-        if (!fd && errno != ENOENT)
-            return io_error(root_, "open journal", errno);
-        if (fd)
-            if (int err = read_whole(fd.get(), text); err != 0)
-                return io_error(root_, "read journal", err);
-    }
-    auto parsed = parse_journal(text);
-    if (parsed.intact_after_damage)
-        return open_error{"file store " + root_ + ": the journal is damaged at byte " +
-                              std::to_string(parsed.valid_bytes) +
-                              " and intact records follow; refusing to start because dropping "
-                              "them could lower a fence (see docs/file-store.md, Recovery)",
+std::optional<open_error> file_store::replay_redo() {
+    std::vector<redo_row> rows;
+    if (writer_.redo_rows(rows) != index_ok)
+        return open_error{"file store " + root_ + ": reading redo rows: " + writer_.last_error(),
                           1};
-    if (parsed.damaged)
-        logging::write(logging::level::warn, "file store: dropped a torn journal tail",
-                       {{"root", root_},
-                        {"offset", parsed.valid_bytes},
-                        {"bytes", text.size() - parsed.valid_bytes}});
-
-    // Replay. A key keeps its last record and the one before it.
-    struct replayed {
-        record last;
-        std::optional<record> prev;
-        bool verified = false;
-    };
-    std::unordered_map<std::string, replayed> replay;
-    std::size_t verified_until = 0;
-    for (std::size_t i = 0; i < parsed.records.size(); ++i) {
-        record& r = parsed.records[i];
-        if (r.type == record_type::verified) {
-            if (i != 0)
-                return open_error{"file store " + root_ + ": journal record " + std::to_string(i) +
-                                      " is a misplaced snapshot header",
-                                  1};
-            verified_until = 1 + r.count;
+    // Per key, in commit order; only the key's current row decides what its files must be.
+    std::map<std::string, std::vector<redo_row*>> by_key;
+    for (auto& r : rows)
+        by_key[r.key].push_back(&r);
+    std::size_t rolled = 0, restored = 0, removed = 0;
+    for (auto& [key, list] : by_key) {
+        key_row cur;
+        const int rc = writer_.get_key(key, cur);
+        if (rc != index_row && rc != index_done)
+            return open_error{"file store " + root_ + ": " + writer_.last_error(), 1};
+        const bool exists = rc == index_row && cur.exists;
+        auto path = object_path_for(key);
+        if (!path)
+            continue;
+        std::shared_ptr<unique_fd> dir;
+        if (int err = objects_.open_dir(*path, exists, dir); err != 0) {
+            if (err == ENOENT && !exists)
+                continue; // nothing of the key on disk
+            return io_error(root_, "opening the directory of '" + key + "'", err);
+        }
+        const redo_row* current = nullptr;
+        for (const redo_row* r : list)
+            if (exists && !r->is_delete && r->version == cur.version)
+                current = r;
+        // Temp files of every other row are superseded (or were already renamed).
+        for (const redo_row* r : list)
+            if (r != current && !r->tmp.empty() && ::unlinkat(dir->get(), r->tmp.c_str(), 0) == 0)
+                ++removed;
+        if (!exists) {
+            // A committed delete whose unlink may not have happened or reached the disk.
+            if (::unlinkat(dir->get(), path->file.c_str(), 0) == 0)
+                ++removed;
             continue;
         }
-        if (!r.lock.empty()) {
-            auto [f, fresh] = fences_.try_emplace(r.lock, fence_entry{r.token, r.ms});
-            if (!fresh && r.token > f->second.token)
-                f->second = {r.token, r.ms};
-        }
-        if (r.type == record_type::fence)
-            continue;
-        auto& k = replay[r.key];
-        if (k.verified || !k.last.key.empty())
-            k.prev = std::move(k.last);
-        k.last = std::move(r);
-        k.verified = i < verified_until;
-    }
-
-    // Make each key's body agree with its last record.
-    std::size_t rolled = 0, fell_back = 0, restored = 0;
-    // A put whose body is neither in place nor in its temp file: rewritten from the copy
-    // in its record, if it has one (a journaled body whose file a power loss took).
-    auto settle = [&](const record& r, bool roll_forward, bool& ok, bool& rolled_this) -> int {
-        if (int err = verify_put(r, roll_forward, ok, rolled_this); err != 0 || ok || !r.body)
-            return err;
-        if (int err = restore_body(r); err != 0)
-            return err;
-        ok = true;
-        ++restored;
-        return 0;
-    };
-    for (auto& [key, k] : replay) {
-        if (k.verified) {
-            keys_.emplace(key, meta_of(k.last));
-            continue;
-        }
-        if (k.last.type == record_type::del) {
-            // Committed delete whose unlink may not have happened or reached the disk.
-            auto path = object_path_for(key);
-            std::shared_ptr<unique_fd> dir;
-            if (path && open_dir(*path, false, dir) == 0 &&
-                ::unlinkat(dir->get(), path->file.c_str(), 0) == 0)
-                if (int err = sync_fd(dir->get(), sync_kind::directory); err != 0)
-                    return io_error(root_, "fsync of a directory", err);
-            keys_.emplace(key, meta_of(k.last));
-            continue;
-        }
-        bool ok = false, rolled_this = false;
-        if (int err = settle(k.last, true, ok, rolled_this); err != 0)
-            return io_error(root_, "checking the body of '" + key + "'", err);
-        if (ok) {
-            rolled += rolled_this ? 1 : 0;
-            keys_.emplace(key, meta_of(k.last));
-            continue;
-        }
-        // Neither body nor temp file holds the last write, and its record has no copy.
-        // Such a body was durable before its record was written, so a correct run
-        // cannot get here: fall back to the record before it (an error is logged). Its
-        // fence advance stays (a fence may only move up).
-        ++fell_back;
-        logging::write(logging::level::error,
-                       "file store: journaled write not found on disk, falling back",
-                       {{"root", root_}, {"key", key}, {"version", k.last.version}});
-        if (!k.prev)
-            continue; // the key never existed
-        if (k.prev->type == record_type::put) {
-            if (int err = settle(*k.prev, false, ok, rolled_this); err != 0)
-                return io_error(root_, "checking the body of '" + key + "'", err);
-            if (!ok) {
-                logging::write(logging::level::error,
-                               "file store: body lost, the key is now absent",
-                               {{"root", root_}, {"key", key}});
-                keys_.emplace(key, tombstone(k.last.version, k.last.ms));
+        if (!current)
+            continue; // the body in place was already durable when its row went
+        bool ok = false;
+        if (!current->tmp.empty()) {
+            // Committed but not yet renamed (or the rename was lost): finish it.
+            if (int err = file_matches(dir->get(), current->tmp, cur.size, cur.crc, ok); err != 0)
+                return io_error(root_, "checking a temp file of '" + key + "'", err);
+            if (ok) {
+                if (::renameat(dir->get(), current->tmp.c_str(), dir->get(), path->file.c_str()) !=
+                    0)
+                    return io_error(root_, "renaming the body of '" + key + "'", errno);
+                ++rolled;
+                FK_FAILPOINT("recovery_after_roll_forward");
                 continue;
             }
         }
-        keys_.emplace(key, meta_of(*k.prev));
+        if (int err = file_matches(dir->get(), path->file, cur.size, cur.crc, ok); err != 0)
+            return io_error(root_, "checking the body of '" + key + "'", err);
+        if (!current->tmp.empty())
+            ::unlinkat(dir->get(), current->tmp.c_str(), 0);
+        if (ok)
+            continue;
+        if (!current->body)
+            // A body without a copy in its row was durable before its COMMIT: a correct run
+            // cannot get here. Refuse rather than serve a key whose body is gone.
+            return open_error{"file store " + root_ + ": the body of '" + key + "' (version " +
+                                  std::to_string(cur.version) +
+                                  ") is missing or damaged on disk; see docs/file-store.md, "
+                                  "Recovery",
+                              1};
+        // The body lived only in its row (a power loss took the file): write it again.
+        const std::string tmp = tmp_name(path->file, unique_suffix());
+        unique_fd fd(::openat(dir->get(), tmp.c_str(),
+                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+        int err = fd ? write_all(fd.get(), *current->body) : errno;
+        fd.reset();
+        if (err == 0 && ::renameat(dir->get(), tmp.c_str(), dir->get(), path->file.c_str()) != 0)
+            err = errno;
+        if (err != 0) {
+            ::unlinkat(dir->get(), tmp.c_str(), 0);
+            return io_error(root_, "restoring the body of '" + key + "'", err);
+        }
+        ++restored;
     }
-    if (rolled != 0 || fell_back != 0 || restored != 0)
-        logging::write(logging::level::info, "file store recovered",
-                       {{"root", root_},
-                        {"rolled_forward", rolled},
-                        {"restored_from_journal", restored},
-                        {"fell_back", fell_back}});
-
-    remove_stray_files();
-
-    // Whatever a killed predecessor left in the page cache (directories it created, files it
-    // renamed) is durable from here on; open_dir relies on that for existing directories.
+    // Whatever a killed predecessor left in the page cache (directories it created, files
+    // it renamed) and what was just repaired is durable from here on; objects_dir relies
+    // on that for directories that exist.
     if (int err = sync_fd(root_fd_.get(), sync_kind::filesystem); err != 0)
         return io_error(root_, "syncfs", err);
-
-    std::string error;
-    if (write_snapshot(error) != 0)
-        return open_error{"file store " + root_ + ": " + error, 1};
+    if (!rows.empty()) {
+        int rc = writer_.begin();
+        if (rc == index_ok)
+            rc = writer_.delete_redo_through(rows.back().seq);
+        if (rc == index_ok)
+            rc = writer_.commit();
+        if (rc != index_ok) {
+            writer_.rollback();
+            return open_error{
+                "file store " + root_ + ": deleting redo rows: " + writer_.last_error(), 1};
+        }
+        trimmed_seq_ = rows.back().seq;
+    }
+    logging::write(logging::level::info, "file store opened",
+                   {{"root", root_},
+                    {"clean_stop", clean_start_},
+                    {"redo_rows", rows.size()},
+                    {"rolled_forward", rolled},
+                    {"restored_from_redo", restored},
+                    {"removed", removed}});
     return std::nullopt;
 }
 
-void file_store::remove_stray_files() {
-    // Iterative walk with one directory open at a time (keys can nest hundreds deep).
+void file_store::sweep_main() {
+    // Iterative walk with one directory open at a time (keys can nest hundreds deep). Runs
+    // beside requests: a body is removed only while the sweeper holds its key's claim and
+    // the index says the key has no body, so no write of the key is in flight.
     std::vector<std::string> todo{""};
-    std::size_t removed = 0, orphans = 0;
-    while (!todo.empty()) {
+    std::size_t temp_files = 0, orphans = 0, dirs = 0;
+    const std::string own = unique_suffix().substr(0, 16); // this process's temp files
+    std::unique_ptr<index_reader> idx;
+    try {
+        idx = std::move(lease_reader().reader);
+    } catch (const std::exception&) {
+    }
+    while (idx && !todo.empty() && !stopped_) {
         std::string rel = std::move(todo.back());
         todo.pop_back();
-        int fd = ::openat(objects_fd_->get(), rel.empty() ? "." : rel.c_str(),
+        int fd = ::openat(objects_.fd(), rel.empty() ? "." : rel.c_str(),
                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             continue;
@@ -304,15 +285,19 @@ void file_store::remove_stray_files() {
             ::close(fd);
             continue;
         }
-        if (!rel.empty())
-            durable_dirs_.insert(rel); // durable once the syncfs below returns
+        // Empty once the sweep removed what it found there: a crash that made a directory
+        // for a new key's body leaves nothing else in it.
+        bool empty = true;
         while (dirent* e = ::readdir(d)) {
             std::string_view name = e->d_name;
             if (name == "." || name == "..")
                 continue;
             if (is_tmp_name(name)) {
-                if (::unlinkat(::dirfd(d), e->d_name, 0) == 0)
-                    ++removed;
+                if (name.find(own) == std::string_view::npos &&
+                    ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
+                    ++temp_files;
+                else
+                    empty = false;
                 continue;
             }
             bool is_dir = e->d_type == DT_DIR;
@@ -322,90 +307,113 @@ void file_store::remove_stray_files() {
                          S_ISDIR(st.st_mode);
             }
             if (is_dir) {
+                // Removed, if it turns out empty, when its own walk ends.
+                empty = false;
                 todo.push_back(rel.empty() ? std::string(name) : rel + "/" + std::string(name));
                 continue;
             }
-            // The body of a key the journal does not have (or has as a tombstone): a new
-            // key's body written in place whose commit never happened.
-            if (auto key = key_for_object(rel, name)) {
-                auto k = keys_.find(*key);
-                if ((k == keys_.end() || !k->second.exists) &&
-                    ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
-                    ++orphans;
+            auto key = key_for_object(rel, name);
+            if (!key || !claim_direct(*key)) {
+                empty = false;
+                continue; // not a body, or a write of the key is in flight
             }
+            key_row k;
+            const int rc = idx->get_key(*key, k);
+            const bool no_body = rc == index_done || (rc == index_row && !k.exists);
+            if (no_body && ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
+                ++orphans;
+            else
+                empty = false;
+            release_claims({*key});
         }
         ::closedir(d);
+        if (empty && !rel.empty()) {
+            // An empty directory: removed like one that a delete left behind.
+            object_path p;
+            for (std::size_t at = 0;;) {
+                const auto slash = rel.find('/', at);
+                p.dirs.push_back(rel.substr(at, slash - at));
+                if (slash == std::string::npos)
+                    break;
+                at = slash + 1;
+            }
+            objects_.reclaim_empty(p);
+            ++dirs;
+        }
     }
-    if (removed != 0 || orphans != 0)
-        logging::write(logging::level::info, "file store removed stray files",
-                       {{"root", root_}, {"temp_files", removed}, {"uncommitted_bodies", orphans}});
+    sweep_done_ = idx && !stopped_;
+    if (idx) {
+        std::lock_guard lock(readers_mutex_);
+        readers_.push_back(std::move(idx));
+    }
+    logging::write(logging::level::info, "file store swept what an unclean stop left behind",
+                   {{"root", root_},
+                    {"temp_files", temp_files},
+                    {"uncommitted_bodies", orphans},
+                    {"empty_directories", dirs},
+                    {"finished", !stopped_.load()}});
+    {
+        std::lock_guard lock(sweep_mutex_);
+        sweep_running_ = false;
+    }
+    sweep_cv_.notify_all();
 }
 
-int file_store::write_snapshot(std::string& error) {
-    // The snapshot trusts every body in place (its records name no temp file), so the
-    // renames and unlinks before it must be durable: at startup recovery's syncfs made
-    // them so; while running, maybe_compact() does (with syncfs batches).
-    unique_fd fd(
-        ::openat(root_fd_.get(), "journal.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) {
-        error = errno_text("create journal.new", errno);
-        return errno ? errno : EIO;
+void file_store::stop() {
+    if (stopped_.exchange(true) && !opened_)
+        return;
+    // Staged writes still on the pool hand their items to the committer, which drains
+    // everything queued before it exits; later items are answered "unavailable".
+    pool_.join();
+    {
+        std::lock_guard lock(queue_mutex_);
+        committer_exit_ = true;
     }
-    auto abandon = [&](std::string_view what, int err) {
-        error = errno_text(what, err);
-        ::unlinkat(root_fd_.get(), "journal.new", 0);
-        return err;
-    };
-    std::string text;
-    std::uint64_t total = 0;
-    auto flush = [&](bool force) {
-        if (!force && text.size() < (1u << 20))
-            return 0;
-        total += text.size();
-        int err = write_all(fd.get(), text);
-        text.clear();
-        return err;
-    };
-    append_record(text, header_record(fences_.size() + keys_.size()));
-    for (const auto& [lock, f] : fences_) {
-        append_record(text, fence_record(lock, f.token, f.updated_ms));
-        if (int err = flush(false); err != 0)
-            return abandon("write journal.new", err);
+    queue_cv_.notify_all();
+    if (committer_.joinable())
+        committer_.join();
+    {
+        std::lock_guard lock(flush_mutex_);
+        flusher_exit_ = true;
     }
-    for (const auto& [key, k] : keys_) {
-        if (k.exists) {
-            record r = put_record(key, k.lock, k.token, k.version, k.ms);
-            r.size = k.size;
-            r.body_crc = k.body_crc;
-            r.content_type = k.content_type;
-            append_record(text, r);
+    flush_cv_.notify_all();
+    if (flusher_.joinable())
+        flusher_.join();
+    {
+        std::lock_guard lock(checkpoint_mutex_);
+        checkpointer_exit_ = true;
+    }
+    checkpoint_cv_.notify_all();
+    if (checkpointer_.joinable())
+        checkpointer_.join();
+    if (sweeper_.joinable())
+        sweeper_.join();
+    {
+        std::lock_guard lock(readers_mutex_);
+        readers_.clear();
+    }
+    if (!opened_)
+        return;
+    // A clean stop: every file durable, no redo rows left, and the mark that spares the
+    // next start its sweep. Closing the last connection checkpoints the WAL into the
+    // index file and removes it, so the next start reads no WAL.
+    if (opened_ && !failed_) {
+        int rc = index_ok;
+        if (int err = sync_fd(root_fd_.get(), sync_kind::filesystem); err != 0) {
+            fail("syncfs at stop", err);
         } else {
-            append_record(text, del_record(key, "", k.token, k.version, k.ms));
+            flushed_seq_ = committed_seq_.load();
+            rc = trim_redo(true);
+            // The sweep that this start owed, if it did not finish, is owed again.
+            if (rc == index_ok && !failed_)
+                rc = writer_.mark_clean(clean_start_ || sweep_done_);
         }
-        if (int err = flush(false); err != 0)
-            return abandon("write journal.new", err);
+        if (rc != index_ok)
+            logging::write(logging::level::warn, "file store: could not record a clean stop",
+                           {{"root", root_}, {"error", writer_.last_error()}});
     }
-    if (int err = flush(true); err != 0)
-        return abandon("write journal.new", err);
-    // The old journal stays authoritative until the rename; a failure up to there costs
-    // nothing but the attempt.
-    if (int err = sync_fd(fd.get(), sync_kind::snapshot); err != 0)
-        return abandon("fsync journal.new", err);
-    FK_FAILPOINT("snapshot_before_rename");
-    if (::renameat(root_fd_.get(), "journal.new", root_fd_.get(), "journal") != 0)
-        return abandon("rename journal.new", errno);
-    FK_FAILPOINT("snapshot_after_rename");
-    // Commits now go to the new file: if this rename were lost, a power failure would bring
-    // back the old journal without them.
-    if (int err = sync_fd(root_fd_.get(), sync_kind::directory); err != 0) {
-        fail("fsync of ROOT after replacing the journal", err);
-        error = errno_text("fsync of ROOT after replacing the journal", err);
-        return err;
-    }
-    journal_fd_ = std::move(fd); // positioned at the end: the committer appends here
-    journal_bytes_ = snapshot_bytes_ = total;
-    body_bytes_ = 0; // a snapshot carries no bodies
-    return 0;
+    writer_.close();
+    opened_ = false;
 }
 
 } // namespace fk::store::detail

@@ -79,10 +79,8 @@ std::string_view to_string(sync_kind k) noexcept {
         return "body";
     case sync_kind::directory:
         return "directory";
-    case sync_kind::journal:
-        return "journal";
-    case sync_kind::snapshot:
-        return "snapshot";
+    case sync_kind::index:
+        return "index";
     case sync_kind::filesystem:
         return "filesystem";
     case sync_kind::staged:
@@ -107,19 +105,20 @@ void set_fsync_fault_for_tests(fsync_fault fault) {
     fault_set = static_cast<bool>(fault_hook);
 }
 
-int sync_fd(int fd, sync_kind kind) noexcept {
+int injected_sync_fault(sync_kind kind) noexcept {
     if (fault_set.load(std::memory_order_relaxed)) {
         std::lock_guard lock(fault_mutex);
-        if (fault_hook) {
-            if (int err = fault_hook(kind); err != 0)
-                return err;
-        }
+        if (fault_hook)
+            return fault_hook(kind);
     }
+    return 0;
+}
+
+int sync_fd(int fd, sync_kind kind) noexcept {
+    if (int err = injected_sync_fault(kind); err != 0)
+        return err;
     int rc = 0;
     switch (kind) {
-    case sync_kind::journal:
-        rc = ::fdatasync(fd);
-        break;
     case sync_kind::filesystem:
     case sync_kind::staged:
     case sync_kind::background:

@@ -39,17 +39,17 @@ private:
 int write_all(int fd, std::string_view data) noexcept;
 // Reads exactly `size` bytes from offset 0 into `out`; a file shorter than `size` → EIO.
 int read_exact(int fd, std::string& out, std::size_t size);
-// Reads a whole file (for the journal).
+// Reads a whole file.
 int read_whole(int fd, std::string& out);
 
 enum class sync_kind {
     body,       // fsync of a new body (tmp) file
     directory,  // fsync of a directory after entries were created, renamed or removed
-    journal,    // fdatasync of the journal: the commit point
-    snapshot,   // fsync of a freshly written compacted journal
-    filesystem, // syncfs at startup, and before a snapshot (file.flush "syncfs")
-    staged,     // syncfs before a batch's commit record (file.flush "syncfs")
-    background, // the flusher's syncfs after batches of journaled bodies ("syncfs")
+    index,      // an fsync SQLite asks for (its WAL at each commit, the index file at a
+                // checkpoint), routed here by the index's VFS (index.cpp)
+    filesystem, // syncfs at startup and at a clean stop
+    staged,     // syncfs before a batch's index commit (file.flush "syncfs")
+    background, // the flusher's syncfs after batches, before their redo rows go ("syncfs")
 };
 std::string_view to_string(sync_kind k) noexcept;
 
@@ -57,6 +57,10 @@ std::string_view to_string(sync_kind k) noexcept;
 // never retry after a failure: the kernel may have dropped the dirty pages and a second
 // fsync would report success for data that is gone ("fsyncgate").
 int sync_fd(int fd, sync_kind kind) noexcept;
+
+// The test hook's answer for a sync of `kind` (0: go ahead), for syncs that do not go
+// through sync_fd (SQLite's own, index.cpp).
+int injected_sync_fault(sync_kind kind) noexcept;
 
 // Whether this kernel's syncfs() reports write-back errors (Linux 5.8 and later); before
 // that it returned 0 even when pages could not be written. The second form takes a

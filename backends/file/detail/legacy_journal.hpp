@@ -1,5 +1,10 @@
 #pragma once
-// The journal's record format (docs/file-store.md, "Journal"): one text line per record,
+// The record format of fencekeeper 0.1's journal (ROOT/journal), kept only to convert such
+// a directory into the index (legacy_import.hpp). Reader side, plus append_record so that
+// tests can write old-format journals; nothing here writes a journal at run time.
+// Pure functions, no I/O: any thread.
+//
+// One text line per record,
 //   <crc32c hex8> <TYPE> <field> <field> ...\n
 // with fields percent-encoded (space, '%', bytes below 0x21 and 0x7F become %XX) and the
 // CRC taken over everything between the first space and the newline.
@@ -21,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-namespace fk::store::detail {
+namespace fk::store::detail::legacy {
 
 enum class record_type : char { verified = 'V', fence = 'F', put = 'P', del = 'D' };
 
@@ -36,8 +41,8 @@ struct record {
     std::uint32_t body_crc = 0;
     std::string tmp; // P: name of the temp file in the body's directory ("" in snapshots)
     std::string content_type;
-    // P: the body itself, journaled with the record (docs/file-store.md, "Journaled
-    // bodies"); recovery rewrites the file from it. Absent in snapshots and for large
+    // P: the body itself, journaled with the record ("journaled bodies", file.flush
+    // "syncfs"); the conversion rewrites the file from it. Absent in snapshots and for large
     // bodies. A parsed copy always has `size` bytes and CRC `body_crc`.
     std::optional<std::string> body;
     std::uint64_t count = 0; // V
@@ -97,4 +102,4 @@ struct parsed_journal {
 
 parsed_journal parse_journal(std::string_view text);
 
-} // namespace fk::store::detail
+} // namespace fk::store::detail::legacy

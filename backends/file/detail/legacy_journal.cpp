@@ -1,11 +1,11 @@
-#include "backends/file/detail/journal.hpp"
+#include "backends/file/detail/legacy_journal.hpp"
 
 #include "backends/file/detail/crc32c.hpp"
 #include "fence/hex.hpp"
 
 #include <charconv>
 
-namespace fk::store::detail {
+namespace fk::store::detail::legacy {
 
 namespace {
 
@@ -224,4 +224,4 @@ parsed_journal parse_journal(std::string_view text) {
     return out;
 }
 
-} // namespace fk::store::detail
+} // namespace fk::store::detail::legacy

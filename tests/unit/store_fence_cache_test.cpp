@@ -1,6 +1,6 @@
 // The stale-rejection cache's storage: packed names, the flat LRU-ish tables, and
 // fence_cache's semantics on top of them (bounded, fences only rise, thread-safe).
-#include "backends/postgres/fence_cache.hpp"
+#include "backends/fence_cache.hpp"
 
 #include <doctest/doctest.h>
 
@@ -11,14 +11,14 @@
 #include <thread>
 #include <vector>
 
-using namespace fk::store::pg;
-using detail::fence_slot;
-using detail::lru_table;
-using detail::packed_name;
+using namespace fk::store;
+using cache_detail::fence_slot;
+using cache_detail::lru_table;
+using cache_detail::packed_name;
 
 namespace {
 std::uint32_t hash_of(const std::string& s) {
-    return detail::name_hash(s).table_hash();
+    return cache_detail::name_hash(s).table_hash();
 }
 
 fence_slot slot(const std::string& name, fk::fence::token_t t) {

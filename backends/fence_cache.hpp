@@ -1,7 +1,8 @@
 #pragma once
-// The stale-rejection cache (docs/postgres.md). A fence never decreases, so a token below the
-// highest fence this process has seen for a lock is stale without asking the database.
-// Only rejections are answered from here; every accept goes to the database.
+// The stale-rejection cache (docs/architecture.md, "The fence cache"; docs/postgres.md). A fence
+// never decreases, so a token below the highest fence this process has seen for a lock is stale
+// without asking the database. Only rejections are answered from here; every accept goes to the
+// database.
 //
 // Also remembers which lock a key was last seen under, so that a write is rejected as
 // stale from the cache only when the key is known to belong to the lock it names: the
@@ -33,9 +34,9 @@
 #include <utility>
 #include <vector>
 
-namespace fk::store::pg {
+namespace fk::store {
 
-namespace detail {
+namespace cache_detail {
 
 // A byte string in 16 bytes: up to 15 bytes inline, longer ones in an exact-size heap
 // block. It can hold two strings back to back (the caller remembers where they split).
@@ -361,7 +362,7 @@ private:
     std::array<shard, shard_count> shards_;
 };
 
-} // namespace detail
+} // namespace cache_detail
 
 class fence_cache {
 public:
@@ -384,8 +385,8 @@ public:
 
 private:
     bool enabled_;
-    detail::sharded_table<detail::fence_slot> fences_;
-    detail::sharded_table<detail::key_slot> keys_;
+    cache_detail::sharded_table<cache_detail::fence_slot> fences_;
+    cache_detail::sharded_table<cache_detail::key_slot> keys_;
 };
 
-} // namespace fk::store::pg
+} // namespace fk::store

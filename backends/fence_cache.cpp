@@ -1,11 +1,11 @@
-#include "backends/postgres/fence_cache.hpp"
+#include "backends/fence_cache.hpp"
 
-namespace fk::store::pg {
+namespace fk::store {
 
 namespace {
 // Names the tables cannot hold (never sent by a client: names are at most 1 KiB).
 bool too_long(std::size_t bytes) {
-    return bytes > detail::packed_name::max_size;
+    return bytes > cache_detail::packed_name::max_size;
 }
 } // namespace
 
@@ -20,7 +20,7 @@ void fence_cache::observe_fence(const std::string& lock, fence::token_t token) {
             if (s->token < token)
                 s->token = token; // a fence never decreases: keep the maximum seen
         } else {
-            t.insert(detail::fence_slot(lock, token, h));
+            t.insert(cache_detail::fence_slot(lock, token, h));
         }
     });
 }
@@ -52,7 +52,7 @@ void fence_cache::observe_key(const std::string& key, const std::string& lock) {
             if (s) // whatever was known about the key is out of date
                 t.erase(key, h);
         } else if (!s) {
-            t.insert(detail::key_slot(key, lock, h));
+            t.insert(cache_detail::key_slot(key, lock, h));
         } else if (s->lock() != lock) {
             s->set(key, lock);
         }
@@ -74,4 +74,4 @@ bool fence_cache::key_known_under(const std::string& key, const std::string& loc
     });
 }
 
-} // namespace fk::store::pg
+} // namespace fk::store
