@@ -374,24 +374,33 @@ void file_store::drop_staged(pending& p) {
     p.dir.reset(); // dropped once: the path may belong to another write afterwards
 }
 
+std::unique_ptr<pending> file_store::admit(pending::kind op, std::string& key, std::string& lock,
+                                           token_t token, const fence::preconditions& pre,
+                                           write_result& r) {
+    if (fence::validate_key(key) != errc::ok) {
+        r.error = errc::invalid_name;
+        r.message = "invalid key";
+        return nullptr;
+    }
+    if (cached_stale(key, lock, token, r) != errc::ok)
+        return nullptr;
+    auto p = std::make_unique<pending>();
+    p->op = op;
+    p->path = *object_path_for(key);
+    p->key = std::move(key);
+    p->lock = std::move(lock);
+    p->token = token;
+    p->pre = pre;
+    return p;
+}
+
 net::awaitable<write_result> file_store::put(put_request req) {
     if (!usable())
         co_return unavailable("file store is not available");
     write_result r;
-    if (fence::validate_key(req.key) != errc::ok) {
-        r.error = errc::invalid_name;
-        r.message = "invalid key";
+    auto p = admit(pending::kind::put, req.key, req.lock, req.token, req.pre, r);
+    if (!p)
         co_return r;
-    }
-    if (cached_stale(req.key, req.lock, req.token, r) != errc::ok)
-        co_return r;
-    auto p = std::make_unique<pending>();
-    p->op = pending::kind::put;
-    p->path = *object_path_for(req.key);
-    p->key = std::move(req.key);
-    p->lock = std::move(req.lock);
-    p->token = req.token;
-    p->pre = req.pre;
     p->content_type = std::move(req.content_type);
     co_return co_await stage_and_submit(std::move(p), std::move(req.body));
 }
@@ -400,21 +409,10 @@ net::awaitable<write_result> file_store::remove(delete_request req) {
     if (!usable())
         co_return unavailable("file store is not available");
     write_result r;
-    if (fence::validate_key(req.key) != errc::ok) {
-        r.error = errc::invalid_name;
-        r.message = "invalid key";
-        co_return r;
-    }
-    if (cached_stale(req.key, req.lock, req.token, r) != errc::ok)
-        co_return r;
     // The committer decides against the index; a delete has no body to stage.
-    auto p = std::make_unique<pending>();
-    p->op = pending::kind::remove;
-    p->path = *object_path_for(req.key);
-    p->key = std::move(req.key);
-    p->lock = std::move(req.lock);
-    p->token = req.token;
-    p->pre = req.pre;
+    auto p = admit(pending::kind::remove, req.key, req.lock, req.token, req.pre, r);
+    if (!p)
+        co_return r;
     co_return co_await submit(std::move(p));
 }
 

@@ -1,6 +1,12 @@
 #include "backends/file/detail/crc32c.hpp"
 
+#include "backends/file/detail/sys.hpp"
+
 #include <array>
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace fk::store::detail {
 
@@ -41,6 +47,34 @@ std::uint32_t crc32c(std::uint32_t crc, std::string_view data) noexcept {
     while (n--)
         c = (c >> 8) ^ tables[0][(c ^ *p++) & 0xFF];
     return ~c;
+}
+
+int file_matches(int dir, const std::string& name, std::uint64_t size, std::uint32_t crc,
+                 bool& ok) {
+    ok = false;
+    unique_fd fd(::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd)
+        return errno == ENOENT ? 0 : errno;
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0)
+        return errno;
+    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != size)
+        return 0;
+    std::string buf(1 << 20, '\0');
+    std::uint32_t c = 0;
+    for (;;) {
+        ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            break;
+        c = crc32c(c, std::string_view(buf.data(), static_cast<std::size_t>(n)));
+    }
+    ok = c == crc;
+    return 0;
 }
 
 } // namespace fk::store::detail

@@ -123,6 +123,10 @@ private:
     // of `key` under `lock` ("" for a fence advance), ok otherwise.
     errc cached_stale(const std::string& key, const std::string& lock, token_t token,
                       write_result& r);
+    // Key validation and the cache (put and remove): the item to go on with, or null with
+    // `r` holding the answer.
+    std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
+                                   token_t token, const fence::preconditions& pre, write_result& r);
     // The full rule against the committed index; ok: go on to the committer.
     errc precheck(index_reader& idx, const std::string& key, const std::string& lock, token_t token,
                   const fence::preconditions& pre, write_result& r, bool* has_body = nullptr);

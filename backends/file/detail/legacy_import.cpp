@@ -51,36 +51,6 @@ int remove_file(int dir, const std::string& name) {
     return ::unlinkat(dir, name.c_str(), 0) == 0 || errno == ENOENT ? 0 : errno;
 }
 
-// 0, with `ok` set when the file exists and has `size` bytes and CRC `crc`; a missing file
-// is not an error (ok = false).
-int file_matches(int dir, const std::string& name, std::uint64_t size, std::uint32_t crc,
-                 bool& ok) {
-    ok = false;
-    unique_fd fd(::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd)
-        return errno == ENOENT ? 0 : errno;
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0)
-        return errno;
-    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != size)
-        return 0;
-    std::string buf(1 << 20, '\0');
-    std::uint32_t c = 0;
-    for (;;) {
-        ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        if (n == 0)
-            break;
-        c = crc32c(c, std::string_view(buf.data(), static_cast<std::size_t>(n)));
-    }
-    ok = c == crc;
-    return 0;
-}
-
 // Opens the directory of `p` under objects/ one component at a time (O_NOFOLLOW), creating
 // missing ones when `create`. Their entries become durable with the syncfs() that follows
 // every change this conversion makes. 0 or errno (ENOENT: a directory is missing).

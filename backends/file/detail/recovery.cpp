@@ -26,35 +26,6 @@ open_error io_error(const std::string& root, std::string_view what, int err) {
     return open_error{"file store " + root + ": " + errno_text(what, err), 1};
 }
 
-// 0 and `ok` set when the file exists; ENOENT is "no file" (ok = false, returns 0).
-int file_matches(int dir, const std::string& name, std::uint64_t size, std::uint32_t crc,
-                 bool& ok) {
-    ok = false;
-    unique_fd fd(::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd)
-        return errno == ENOENT ? 0 : errno;
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0)
-        return errno;
-    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != size)
-        return 0;
-    std::string buf(1 << 20, '\0');
-    std::uint32_t c = 0;
-    for (;;) {
-        ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        if (n == 0)
-            break;
-        c = crc32c(c, std::string_view(buf.data(), static_cast<std::size_t>(n)));
-    }
-    ok = c == crc;
-    return 0;
-}
-
 } // namespace
 
 bool file_store::objects_empty() const {
