@@ -201,42 +201,6 @@ errc file_store::cached_stale(const std::string& key, const std::string& lock, t
     return errc::ok;
 }
 
-errc file_store::precheck(index_reader& idx, const std::string& key, const std::string& lock,
-                          token_t token, const fence::preconditions& pre, write_result& r,
-                          bool* has_body) {
-    fence_row f;
-    key_row k;
-    const int frc = idx.get_fence(lock, f);
-    const int krc = idx.get_key(key, k);
-    if ((frc != index_row && frc != index_done) || (krc != index_row && krc != index_done)) {
-        r = unavailable("reading the index: " + idx.last_error());
-        return r.error;
-    }
-    std::optional<token_t> fence;
-    if (frc == index_row) {
-        fence = f.token;
-        cache_.observe_fence(lock, f.token);
-    }
-    fence::key_state ks;
-    if (krc == index_row && k.exists) {
-        ks.exists = true;
-        ks.lock = k.lock;
-        cache_.observe_key(key, k.lock);
-    }
-    if (krc == index_row)
-        ks.version = k.version;
-    if (has_body)
-        *has_body = ks.exists;
-    errc e = fence::check_write(ks, lock, fence, token, pre);
-    // Data only: the proxy words the reply (proxy/error_response.hpp).
-    r.error = e;
-    if (e == errc::stale_token)
-        r.current_token = fence.value_or(0);
-    else if (e == errc::lock_mismatch)
-        r.lock = k.lock;
-    return e;
-}
-
 net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
     net::any_io_executor fallback = io_.get_executor();
     auto init = [this, fallback](auto handler, std::unique_ptr<pending> item) {
@@ -285,11 +249,9 @@ net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pendin
 write_result file_store::stage_put(pending& p, std::string& body) {
     if (!usable())
         return unavailable("file store is not available");
-    // The full rule against the committed index first: a write it refuses writes no body.
-    write_result checked;
-    bool had_body = false;
-    if (precheck(*lease_reader(), p.key, p.lock, p.token, p.pre, checked, &had_body) != errc::ok)
-        return checked;
+    // No read of the index here: the committer decides every write against it, and a
+    // write the fence cache could not refuse is almost always accepted. (Reading it here
+    // too cost two lookups per write: docs/file-store.md, "Write sequence".)
     constexpr int create_flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
     unique_fd fd;
     {
@@ -301,7 +263,7 @@ write_result file_store::stage_put(pending& p, std::string& body) {
         // (two directory changes fewer per write; docs/file-store.md, "Write sequence").
         // The claim keeps every other write of the key away from that path; EEXIST means a
         // body is there after all (committed since the pre-check, or left by a crash).
-        if (!had_body && claim_direct(p.key)) {
+        if (claim_direct(p.key)) {
             fd.reset(::openat(p.dir->get(), p.path.file.c_str(), create_flags, 0644));
             if (fd) {
                 p.direct = true;

@@ -127,10 +127,7 @@ private:
     // `r` holding the answer.
     std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
                                    token_t token, const fence::preconditions& pre, write_result& r);
-    // The full rule against the committed index; ok: go on to the committer.
-    errc precheck(index_reader& idx, const std::string& key, const std::string& lock, token_t token,
-                  const fence::preconditions& pre, write_result& r, bool* has_body = nullptr);
-    // Pre-check, then the body written to its file; ok: queued for the committer.
+    // The body written to its file; ok: queued for the committer.
     write_result stage_put(pending& p, std::string& body);
     object_result read_object(const std::string& key, bool with_body);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
