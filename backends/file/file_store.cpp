@@ -214,7 +214,7 @@ net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
 net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pending> p,
                                                           std::string body) {
     // The pool thread that staged the body queues the item itself: the waiter is resumed
-    // once, with the committer's answer (or the pre-check's or stage's), not in between.
+    // once, with the committer's answer (or the stage's error), not in between.
     net::any_io_executor fallback = io_.get_executor();
     auto init = [this, fallback](auto handler, std::unique_ptr<pending> item, std::string data) {
         attach_waiter(*item, std::move(handler), fallback);
@@ -262,7 +262,7 @@ write_result file_store::stage_put(pending& p, std::string& body) {
         // A key without a body gets its body written in place: no temp file, no rename
         // (two directory changes fewer per write; docs/file-store.md, "Write sequence").
         // The claim keeps every other write of the key away from that path; EEXIST means a
-        // body is there after all (committed since the pre-check, or left by a crash).
+        // body is there (the key has one, or a crash left one).
         if (claim_direct(p.key)) {
             fd.reset(::openat(p.dir->get(), p.path.file.c_str(), create_flags, 0644));
             if (fd) {

@@ -5,9 +5,9 @@
 //
 // Roles and threads:
 // - requests (file_store.cpp) start on the caller's executor (the I/O threads), which
-//   only consult the fence cache and hand work on; reads, pre-checks against the index
-//   and body staging run on pool_ (the body I/O pool), each task with an index_reader
-//   leased from readers_;
+//   only consult the fence cache and hand work on; reads of the index (GET, HEAD,
+//   fence reads, listings) and body staging run on pool_ (the body I/O pool), a read with an
+//   index_reader leased from readers_;
 // - the committer thread (commit.cpp) is the only writer of the index: it decides every
 //   write against the index inside one transaction per batch, which is what makes a
 //   lock's check-and-write atomic, commits, then renames bodies into place;
@@ -131,7 +131,7 @@ private:
     write_result stage_put(pending& p, std::string& body);
     object_result read_object(const std::string& key, bool with_body);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
-    // put: pre-checks and stages the body on pool_ and hands the item to the committer
+    // put: stages the body on pool_ and hands the item to the committer
     // from there, so the waiter is resumed once, with the final result.
     net::awaitable<write_result> stage_and_submit(std::unique_ptr<pending> p, std::string body);
     std::string unique_suffix();

@@ -96,7 +96,7 @@ private:
     std::vector<sqlite3_stmt*> owned_;
 };
 
-// A read-only connection (GET, HEAD, fence reads, listings, pre-checks, the sweep).
+// A read-only connection (GET, HEAD, fence reads, listings, the sweep).
 class index_reader : public index_connection {
 public:
     int open(const std::string& path);
