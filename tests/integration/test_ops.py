@@ -220,12 +220,12 @@ def test_metrics_exact(store):
     for kind in ("unavailable", "outcome_unknown", "internal"):
         eq(after[S("fencekeeper_store_errors_total", kind=kind)], 0, "store errors " + kind)
 
-    # Group commit: one request at a time makes every batch a batch of one. Postgres gets
-    # both PUTs, the If-Match and lock-mismatch PUTs (its statement decides them) and the
-    # DELETE; the file store decides those two refusals before its committer but commits
-    # the fence advance in a batch. Stale writes never reach either.
+    # Group commit: one request at a time makes every batch a batch of one. Both stores
+    # get both PUTs, the If-Match and lock-mismatch PUTs (their committers decide them)
+    # and the DELETE; the file store also commits the fence advance in a batch. Stale
+    # writes never reach either: the fence cache refuses them.
     B = "fencekeeper_store_batch_size"
-    batched = {"postgres": 5, "file": 4}[store.kind]
+    batched = {"postgres": 5, "file": 6}[store.kind]
     eq((delta(S(B + "_count")), delta(S(B + "_sum")), delta(S(B + "_bucket", le="1")),
         delta(S(B + "_bucket", le="+Inf"))), (batched,) * 4, "batch_size: %d batches of one" % batched)
 
