@@ -309,12 +309,7 @@ void importer::remove_stray_files() {
                     ++stats_.temp_files;
                 continue;
             }
-            bool is_dir = e->d_type == DT_DIR;
-            if (e->d_type == DT_UNKNOWN) {
-                struct stat st {};
-                is_dir = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                         S_ISDIR(st.st_mode);
-            }
+            const bool is_dir = is_directory_entry(::dirfd(d), e->d_name, e->d_type);
             if (is_dir) {
                 todo.push_back(rel.empty() ? std::string(name) : rel + "/" + std::string(name));
                 continue;

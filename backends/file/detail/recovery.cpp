@@ -271,12 +271,7 @@ void file_store::sweep_main() {
                     empty = false;
                 continue;
             }
-            bool is_dir = e->d_type == DT_DIR;
-            if (e->d_type == DT_UNKNOWN) {
-                struct stat st {};
-                is_dir = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                         S_ISDIR(st.st_mode);
-            }
+            const bool is_dir = is_directory_entry(::dirfd(d), e->d_name, e->d_type);
             if (is_dir) {
                 // Removed, if it turns out empty, when its own walk ends.
                 empty = false;

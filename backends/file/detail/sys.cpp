@@ -9,6 +9,8 @@
 #include <optional>
 
 #include <cstdio>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -71,6 +73,13 @@ int read_whole(int fd, std::string& out) {
             return 0;
         out.append(buf, static_cast<std::size_t>(n));
     }
+}
+
+bool is_directory_entry(int dir_fd, const char* name, unsigned char d_type) noexcept {
+    if (d_type != DT_UNKNOWN)
+        return d_type == DT_DIR;
+    struct stat st {};
+    return ::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::string_view to_string(sync_kind k) noexcept {

@@ -68,6 +68,10 @@ int injected_sync_fault(sync_kind kind) noexcept;
 bool syncfs_reports_errors() noexcept;
 bool syncfs_reports_errors(const char* release) noexcept;
 
+// Whether entry `name` of the directory open as `dir_fd` is a directory, from readdir's
+// d_type, or (DT_UNKNOWN) an fstatat that does not follow symlinks.
+bool is_directory_entry(int dir_fd, const char* name, unsigned char d_type) noexcept;
+
 // "open: No such file or directory" style text.
 std::string errno_text(std::string_view what, int err);
 
