@@ -292,14 +292,9 @@ void importer::remove_stray_files() {
     while (!todo.empty()) {
         std::string rel = std::move(todo.back());
         todo.pop_back();
-        int fd = ::openat(objects_fd_, rel.empty() ? "." : rel.c_str(), dir_flags);
-        if (fd < 0)
+        DIR* d = open_directory(objects_fd_, rel);
+        if (!d)
             continue;
-        DIR* d = ::fdopendir(fd);
-        if (!d) {
-            ::close(fd);
-            continue;
-        }
         while (dirent* e = ::readdir(d)) {
             std::string_view name = e->d_name;
             if (name == "." || name == "..")

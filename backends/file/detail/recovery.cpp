@@ -247,15 +247,9 @@ void file_store::sweep_main() {
     while (idx && !todo.empty() && !stopped_) {
         std::string rel = std::move(todo.back());
         todo.pop_back();
-        int fd = ::openat(objects_.fd(), rel.empty() ? "." : rel.c_str(),
-                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
+        DIR* d = open_directory(objects_.fd(), rel);
+        if (!d)
             continue;
-        DIR* d = ::fdopendir(fd);
-        if (!d) {
-            ::close(fd);
-            continue;
-        }
         // Empty once the sweep removed what it found there: a crash that made a directory
         // for a new key's body leaves nothing else in it.
         bool empty = true;

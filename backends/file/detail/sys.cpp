@@ -75,6 +75,17 @@ int read_whole(int fd, std::string& out) {
     }
 }
 
+DIR* open_directory(int parent, const std::string& rel) noexcept {
+    const int fd = ::openat(parent, rel.empty() ? "." : rel.c_str(),
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return nullptr;
+    DIR* d = ::fdopendir(fd);
+    if (!d)
+        ::close(fd);
+    return d;
+}
+
 bool is_directory_entry(int dir_fd, const char* name, unsigned char d_type) noexcept {
     if (d_type != DT_UNKNOWN)
         return d_type == DT_DIR;

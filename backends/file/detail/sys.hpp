@@ -3,6 +3,7 @@
 // function through which every fsync / fdatasync / syncfs goes (so that tests can inject
 // failures and fault tests can kill the process at named points).
 
+#include <dirent.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -67,6 +68,10 @@ int injected_sync_fault(sync_kind kind) noexcept;
 // uname release string ("6.1.0-27-amd64"); anything unparsable counts as "no".
 bool syncfs_reports_errors() noexcept;
 bool syncfs_reports_errors(const char* release) noexcept;
+
+// Opens directory `rel` ("" for `parent` itself) below `parent` for readdir, without
+// following a symlink; nullptr when it cannot. The caller closedir()s it.
+DIR* open_directory(int parent, const std::string& rel) noexcept;
 
 // Whether entry `name` of the directory open as `dir_fd` is a directory, from readdir's
 // d_type, or (DT_UNKNOWN) an fstatat that does not follow symlinks.
