@@ -23,6 +23,24 @@ namespace fk::store {
 
 using fence::token_t;
 
+// A write's Idempotency-Key (docs/api.md#retries-and-exactly-once). A store that gets one
+// on a write keeps these promises:
+// - Before anything else (before the fence cache's stale check too), a committed, unexpired
+//   record under (scope, key) answers the write: the same fingerprint → the recorded
+//   outcome with `replayed` set and nothing applied; another fingerprint →
+//   idempotency_key_reused and nothing applied. A record older than the retention is
+//   absent.
+// - Otherwise the write runs as without a key; if it applies (error == ok), the record —
+//   fingerprint and the outcome fields the reply is rendered from (put: created, version,
+//   token; delete and fence: token; operation: token, rows_affected, rows_json) — commits
+//   in the same atomic step as the write and the fence. A refused write records nothing.
+// - Two writes with one (scope, key) are never both applied, on one proxy or several.
+struct idempotency {
+    std::string scope;       // the caller: "" while fencekeeper has one credential
+    std::string key;         // the header's value: 1..255 bytes of 0x21..0x7E
+    std::string fingerprint; // 32 bytes: SHA-256 of the request (proxy/idempotency.hpp)
+};
+
 struct put_request {
     std::string key;
     std::string lock; // already defaulted to the key by the caller when absent
@@ -30,6 +48,7 @@ struct put_request {
     std::string content_type;
     std::string body;
     fence::preconditions pre;
+    std::optional<idempotency> idem;
 };
 
 struct delete_request {
@@ -37,11 +56,23 @@ struct delete_request {
     std::string lock;
     token_t token = 0;
     fence::preconditions pre;
+    std::optional<idempotency> idem;
+};
+
+// PUT /v1/fences/{lock}: advance the fence without writing data.
+struct fence_request {
+    std::string lock;
+    token_t token = 0;
+    std::optional<idempotency> idem;
 };
 
 struct write_result {
     errc error = errc::ok;     // ok, stale_token, lock_mismatch, precondition_failed,
-                               // unavailable, outcome_unknown, internal
+                               // idempotency_key_reused, unavailable, outcome_unknown,
+                               // internal
+    // ok: answered from an idempotency record, nothing applied now; created, version and
+    // token are the recorded ones.
+    bool replayed = false;
     bool created = false;      // put: the key did not exist or was deleted (→ 201)
     std::int64_t version = 0;  // put: the key's new version
     token_t token = 0;         // ok: the fence after the step
@@ -94,12 +125,16 @@ struct operation_request {
     token_t token = 0;
     // Text-format parameters ($1..$n); nullopt is SQL NULL.
     std::vector<std::optional<std::string>> params;
+    std::optional<idempotency> idem;
 };
 
 struct operation_result {
     errc error = errc::ok; // ok, not_found (no such operation), invalid_request (param
-                           // count), stale_token, operation_failed, unavailable,
-                           // outcome_unknown
+                           // count), stale_token, operation_failed,
+                           // idempotency_key_reused, unavailable, outcome_unknown
+    // ok: answered from an idempotency record, nothing run now; token, rows_affected and
+    // rows_json are the recorded ones.
+    bool replayed = false;
     token_t token = 0;
     token_t current_token = 0;
     std::int64_t rows_affected = 0;
@@ -120,7 +155,7 @@ public:
     virtual net::awaitable<write_result> remove(delete_request req) = 0;
     virtual net::awaitable<object_result> get(std::string key, bool with_body) = 0;
     // Advances the fence of `lock` to `token` without writing data (PUT /v1/fences/{lock}).
-    virtual net::awaitable<write_result> advance_fence(std::string lock, token_t token) = 0;
+    virtual net::awaitable<write_result> advance_fence(fence_request req) = 0;
     virtual net::awaitable<fence_result> read_fence(std::string lock) = 0;
     virtual net::awaitable<list_result> list_fences(list_request req) = 0;
 

@@ -45,6 +45,7 @@ constexpr std::int64_t max_batch_concurrency = 1024;
 constexpr std::int64_t max_batch_overlap_ms = 60'000;
 constexpr std::int64_t max_file_io_threads = 256;
 constexpr std::int64_t max_far_round_trip_ms = 60'000;
+constexpr std::int64_t max_idempotency_retention_s = 366 * 86'400;
 constexpr std::size_t max_config_file_bytes = 1024 * 1024;
 // Our schema is three levels deep; the bound keeps hostile input from costing more than
 // a linear scan.
@@ -314,6 +315,21 @@ config_key millis_key(std::string_view path, std::int64_t lo, std::int64_t hi,
     return k;
 }
 
+template <class Ref>
+config_key seconds_key(std::string_view path, std::int64_t lo, std::int64_t hi,
+                       std::string_view description, Ref ref) {
+    config_key k{path, key_type::integer, lo, hi, {}, {}, description, {}, {}};
+    k.apply = [=](const json& v, const std::string& p, settings& s) -> error {
+        std::int64_t n = 0;
+        if (auto e = read_int(v, p, lo, hi, n))
+            return e;
+        ref(s) = std::chrono::seconds{n};
+        return std::nullopt;
+    };
+    k.value = [=](const settings& s) { return json(ref(s).count()); };
+    return k;
+}
+
 // A string key: `check` validates the text and stores it.
 config_key string_key(std::string_view path, std::string_view range, std::string_view description,
                       std::function<error(const std::string&, const std::string&, settings&)> check,
@@ -398,6 +414,7 @@ std::vector<config_key> make_keys() {
     k.push_back(section("limits", "", "HTTP limits and timeouts"));
     k.push_back(section("postgres", "", "PostgreSQL store settings"));
     k.push_back(section("file", "", "file store settings"));
+    k.push_back(section("idempotency", "", "Idempotency-Key records"));
     config_key ops = section("operations", "none", "named SQL statements");
     ops.apply = [](const json& v, const std::string& p, settings& s) {
         return apply_operations(v, p, s.operations);
@@ -483,6 +500,10 @@ std::vector<config_key> make_keys() {
     k.push_back(integer_key(
         "file.fence_cache_size", 1, max_fence_cache_size, "locks kept by the stale-rejection cache",
         [](auto& s) -> auto& { return s.file.fence_cache_size; }));
+    k.push_back(seconds_key(
+        "idempotency.retention_s", 1, max_idempotency_retention_s,
+        "how long a write's Idempotency-Key record answers retries",
+        [](auto& s) -> auto& { return s.idempotency.retention; }));
     return k;
 }
 

@@ -59,6 +59,13 @@ struct file_settings {
     std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
 };
 
+// Idempotency records (docs/api.md#retries-and-exactly-once).
+struct idempotency_settings {
+    // A record answers retries for this long after its write committed; then it is
+    // removed in the background, and a retry is a new request.
+    std::chrono::seconds retention{86'400};
+};
+
 struct operation {
     std::string sql; // $1..$n placeholders
     // A failed statement's reply quotes the database's message (else only its SQLSTATE:
@@ -76,6 +83,7 @@ struct settings {
     postgres_settings postgres;
     file_settings file;
     std::map<std::string, operation> operations;
+    idempotency_settings idempotency;
     millis shutdown_timeout{10'000}; // drain deadline on SIGTERM / SIGINT
     // Bearer token file (--auth-token-file); unset → FENCEKEEPER_AUTH_TOKEN, else auth off.
     std::optional<std::string> auth_token_file;

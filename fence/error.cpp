@@ -26,6 +26,10 @@ std::string_view to_string(errc e) noexcept {
         return "lock_mismatch";
     case errc::precondition_failed:
         return "precondition_failed";
+    case errc::idempotency_in_progress:
+        return "idempotency_in_progress";
+    case errc::idempotency_key_reused:
+        return "idempotency_key_reused";
     case errc::body_too_large:
         return "body_too_large";
     case errc::operation_failed:

@@ -18,9 +18,11 @@ enum class errc {
     method_not_allowed,  // 405
     stale_token,         // 409
     lock_mismatch,       // 409
+    idempotency_in_progress, // 409: a write with this Idempotency-Key is still running
     precondition_failed, // 412
     body_too_large,      // 413
     operation_failed,    // 422
+    idempotency_key_reused, // 422: the Idempotency-Key was used for a different request
     missing_token,       // 428
     headers_too_large,   // 431
     internal,            // 500: a bug; never expected

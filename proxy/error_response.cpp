@@ -45,8 +45,12 @@ std::string_view default_message(errc e) noexcept {
     case errc::unavailable:
         return "store unavailable; nothing was written, retry later";
     case errc::outcome_unknown:
-        return "the write may or may not have been applied; retrying with the same token "
-               "and body is safe";
+        return "the write may or may not have been applied; retry it with the same "
+               "Idempotency-Key to learn which, without applying it twice";
+    case errc::idempotency_in_progress:
+        return "a request with this Idempotency-Key is still in progress; retry later";
+    case errc::idempotency_key_reused:
+        return "this Idempotency-Key was used for a different request; nothing was written";
     }
     return "internal error";
 }
@@ -67,12 +71,14 @@ http::status status_for(errc e) noexcept {
         return http::status::method_not_allowed;
     case errc::stale_token:
     case errc::lock_mismatch:
+    case errc::idempotency_in_progress:
         return http::status::conflict;
     case errc::precondition_failed:
         return http::status::precondition_failed;
     case errc::body_too_large:
         return http::status::payload_too_large;
     case errc::operation_failed:
+    case errc::idempotency_key_reused:
         return http::status::unprocessable_entity;
     case errc::missing_token:
         return http::status::precondition_required;
@@ -130,6 +136,7 @@ response make_error_response(const error_reply& reply) {
         res.set(http::field::allow, reply.allow);
         break;
     case errc::unavailable:
+    case errc::idempotency_in_progress:
         res.set(http::field::retry_after, "1");
         break;
     case errc::unauthorized:

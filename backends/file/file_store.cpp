@@ -378,7 +378,9 @@ net::awaitable<write_result> file_store::remove(delete_request req) {
     co_return co_await submit(std::move(p));
 }
 
-net::awaitable<write_result> file_store::advance_fence(std::string lock, token_t token) {
+net::awaitable<write_result> file_store::advance_fence(fence_request req) {
+    std::string lock = std::move(req.lock);
+    const token_t token = req.token;
     if (!usable())
         co_return unavailable("file store is not available");
     write_result r;

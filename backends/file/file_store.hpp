@@ -7,6 +7,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <variant>
@@ -21,6 +22,8 @@ struct file_store_options {
     config::file_flush flush = config::file_flush::syncfs;
     // Locks whose fence is kept in memory to reject stale writes without reading the index.
     std::size_t fence_cache_size = 100'000;
+    // How long an Idempotency-Key record answers retries (config idempotency.retention_s).
+    std::chrono::seconds idempotency_retention{86'400};
 };
 
 // The pool's size when none is configured: 2 when batches are made durable by the index

@@ -88,7 +88,9 @@ public:
         co_return r;
     }
 
-    net::awaitable<write_result> advance_fence(std::string lock, token_t token) override {
+    net::awaitable<write_result> advance_fence(fence_request req) override {
+        const std::string lock = std::move(req.lock);
+        const token_t token = req.token;
         if (auto bound = cache_.stale_bound(lock, token))
             co_return stale<write_result>(*bound);
         const auto params = pg::sql::advance_params(lock, token);

@@ -95,9 +95,9 @@ public:
         finish(c, r.error);
         co_return r;
     }
-    net::awaitable<st::write_result> advance_fence(std::string lock, st::token_t token) override {
-        auto c = begin(call_kind::advance, {}, lock, token);
-        auto r = co_await inner_.advance_fence(std::move(lock), token);
+    net::awaitable<st::write_result> advance_fence(st::fence_request req) override {
+        auto c = begin(call_kind::advance, {}, req.lock, req.token);
+        auto r = co_await inner_.advance_fence(std::move(req));
         finish(c, r.error);
         co_return r;
     }

@@ -179,8 +179,9 @@ net::awaitable<fk::store::object_result> memory_store::get(std::string key, bool
     co_return r;
 }
 
-net::awaitable<fk::store::write_result> memory_store::advance_fence(std::string lock_name,
-                                                                    token_t token) {
+net::awaitable<fk::store::write_result> memory_store::advance_fence(fk::store::fence_request req) {
+    const std::string& lock_name = req.lock;
+    const token_t token = req.token;
     std::lock_guard lock{mu_};
     fk::store::write_result r;
     if (auto e = take_failure()) {

@@ -29,8 +29,7 @@ public:
     net::awaitable<fk::store::write_result> put(fk::store::put_request req) override;
     net::awaitable<fk::store::write_result> remove(fk::store::delete_request req) override;
     net::awaitable<fk::store::object_result> get(std::string key, bool with_body) override;
-    net::awaitable<fk::store::write_result> advance_fence(std::string lock,
-                                                          fk::store::token_t token) override;
+    net::awaitable<fk::store::write_result> advance_fence(fk::store::fence_request req) override;
     net::awaitable<fk::store::fence_result> read_fence(std::string lock) override;
     net::awaitable<fk::store::list_result> list_fences(fk::store::list_request req) override;
 

@@ -373,6 +373,7 @@ TEST_CASE("apply_json: ranges") {
         {"batch_overlap_ms", "postgres", 0, 60000},
         {"far_round_trip_ms", "postgres", 0, 60000},
         {"fence_cache_size", "file", 1, 10000000},
+        {"retention_s", "idempotency", 1, 31622400},
     };
     for (const auto& c : cases) {
         const std::string section = c.section;

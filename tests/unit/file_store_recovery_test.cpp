@@ -275,7 +275,7 @@ TEST_CASE("reopen keeps fences, bodies, versions and tombstones") {
         REQUIRE(run(io, s->put(put_req("big", "B", 1, large))).error == errc::ok);
         REQUIRE(run(io, s->put(put_req("gone", "G", 1, "x"))).error == errc::ok);
         REQUIRE(run(io, s->remove(del_req("gone", "G", 2))).error == errc::ok);
-        REQUIRE(run(io, s->advance_fence("F", 99)).error == errc::ok);
+        REQUIRE(run(io, s->advance_fence({"F", 99, {}})).error == errc::ok);
     }
     for (int round = 0; round < 2; ++round) {
         CAPTURE(round);
@@ -487,7 +487,7 @@ TEST_CASE("kill -9 at every failpoint of a write") {
                         child_expect_ok(run(io, s->put(put_req("acked/s", "A", 1, acked_small))));
                         child_expect_ok(run(io, s->put(put_req("acked/l", "A", 2, acked_large))));
                         child_expect_ok(run(io, s->remove(del_req("gone/x", "G", 2))));
-                        child_expect_ok(run(io, s->advance_fence("F", 7)));
+                        child_expect_ok(run(io, s->advance_fence({"F", 7, {}})));
                         detail::set_failpoint_for_tests(pt.name);
                         if (o == op::remove)
                             run(io, s->remove(del_req(key, "L", 2)));

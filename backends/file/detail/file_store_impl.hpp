@@ -94,7 +94,7 @@ public:
     net::awaitable<write_result> put(put_request req) override;
     net::awaitable<write_result> remove(delete_request req) override;
     net::awaitable<object_result> get(std::string key, bool with_body) override;
-    net::awaitable<write_result> advance_fence(std::string lock, token_t token) override;
+    net::awaitable<write_result> advance_fence(fence_request req) override;
     net::awaitable<fence_result> read_fence(std::string lock) override;
     net::awaitable<list_result> list_fences(list_request req) override;
     bool ready() const noexcept override;
