@@ -361,7 +361,10 @@ net::awaitable<response> put_fence(call c) {
     if (token.failure)
         co_return std::move(*token.failure);
     store_timer timer{c, store_op::fence_advance};
-    auto r = co_await c.ctx.store.advance_fence({c.match.name, *token.value, {}});
+    store::fence_request f;
+    f.lock = c.match.name;
+    f.token = *token.value;
+    auto r = co_await c.ctx.store.advance_fence(std::move(f));
     timer.done(r.error);
     count_write(c, r.error, *token.value, r.current_token);
     if (r.error != errc::ok)

@@ -49,7 +49,7 @@ struct fixture {
         return run(io, s->get(std::move(key), body));
     }
     write_result advance(std::string lock, token_t token) {
-        return run(io, s->advance_fence({std::move(lock), token, {}}));
+        return run(io, s->advance_fence(fk::store::fence_request{std::move(lock), token, {}}));
     }
     fence_result fence_of(std::string lock) { return run(io, s->read_fence(std::move(lock))); }
     list_result list(std::string prefix, std::optional<std::string> after, std::size_t limit) {
