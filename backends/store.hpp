@@ -67,9 +67,9 @@ struct fence_request {
 };
 
 struct write_result {
-    errc error = errc::ok;     // ok, stale_token, lock_mismatch, precondition_failed,
-                               // idempotency_key_reused, unavailable, outcome_unknown,
-                               // internal
+    errc error = errc::ok; // ok, stale_token, lock_mismatch, precondition_failed,
+                           // idempotency_key_reused, unavailable, outcome_unknown,
+                           // internal
     // ok: answered from an idempotency record, nothing applied now; created, version and
     // token are the recorded ones.
     bool replayed = false;

@@ -10,6 +10,7 @@
 #include "fence/token.hpp"
 #include "proxy/detail/operation_params.hpp"
 #include "proxy/detail/request_id.hpp"
+#include "proxy/idempotency.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
 
@@ -54,6 +55,27 @@ std::string excerpt(std::string_view text) {
     constexpr std::size_t max = 64;
     return text.size() <= max ? std::string{text} : std::string{text.substr(0, max)} + "...";
 }
+
+// Operation bodies up to this size are parsed, and bodies up to this size hashed for an
+// Idempotency-Key, where the request runs (a millisecond or less); larger ones on
+// parse_pool, so that no other connection waits behind them.
+constexpr std::size_t inline_parse_bytes = 64 * 1024;
+
+// One thread: large operation bodies are parsed (and large keyed bodies hashed) one at a
+// time and never on an I/O thread, so however many arrive they take at most one core
+// from the I/O threads.
+net::thread_pool& parse_pool() {
+    static net::thread_pool pool{1};
+    return pool;
+}
+
+} // namespace
+
+void join_parse_thread() {
+    parse_pool().join();
+}
+
+namespace {
 
 // The per-request state every handler needs.
 struct call {
@@ -174,10 +196,14 @@ private:
 
 // writes_total{result} for a write, delete, fence advance or operation the store answered;
 // the stale gap too when it was stale.
-void count_write(const call& c, errc e, token_t token, token_t current) noexcept {
+void count_write(const call& c, errc e, token_t token, token_t current,
+                 bool replayed = false) noexcept {
     if (!c.ctx.stats)
         return;
-    c.ctx.stats->count_write(e);
+    if (replayed)
+        c.ctx.stats->count_write(write_outcome::replayed);
+    else
+        c.ctx.stats->count_write(e);
     if (e == errc::stale_token)
         c.ctx.stats->observe_stale_gap(current, token);
 }
@@ -268,13 +294,87 @@ checked<write_headers> write_headers_of(const call& c) {
     return {write_headers{*token.value, std::move(*lock.value), *pre.value}, std::nullopt};
 }
 
+// An Idempotency-Key being served: what goes to the store, and this process's claim on
+// the key (released when the handler returns, whatever the outcome).
+struct keyed {
+    std::optional<store::idempotency> idem;
+    std::optional<inflight_keys::claim> claim;
+};
+
+// The caller's scope for Idempotency-Keys. fencekeeper has one credential (the bearer
+// token, or none): every caller that passed auth is the same caller.
+std::string_view scope_of(const call&) noexcept {
+    return {};
+}
+
+// The request's Idempotency-Key: absent → nothing to do; malformed → 400; in flight here
+// → 409 idempotency_in_progress; else claimed, with the request's fingerprint.
+// `id` views the request, which outlives the call.
+net::awaitable<checked<keyed>> idempotency_of(const call& c, const request_identity& id) {
+    auto field = fields_named(c.req, idempotency_key_field);
+    if (field.count == 0)
+        co_return checked<keyed>{keyed{}, std::nullopt};
+    if (field.count > 1 || !valid_idempotency_key(*field.first))
+        co_return checked<keyed>{
+            std::nullopt, make_error_response(
+                              errc::invalid_request,
+                              field.count > 1 ? "give Idempotency-Key at most once"
+                                              : "invalid Idempotency-Key: 1 to 255 characters from "
+                                                "'!' to '~' (visible ASCII, no spaces)")};
+    keyed k;
+    const auto scope = scope_of(c);
+    if (c.ctx.idempotency_keys) {
+        auto claim = c.ctx.idempotency_keys->try_claim(scope, *field.first);
+        if (!claim)
+            co_return checked<keyed>{std::nullopt,
+                                     make_error_response(errc::idempotency_in_progress, "")};
+        k.claim.emplace(std::move(*claim));
+    }
+    store::idempotency idem;
+    idem.scope = std::string{scope};
+    idem.key = std::string{*field.first};
+    if (id.body.size() <= inline_parse_bytes)
+        idem.fingerprint = fingerprint(id);
+    else
+        idem.fingerprint = co_await net::co_spawn(
+            parse_pool(), [&id]() -> net::awaitable<std::string> { co_return fingerprint(id); },
+            net::use_awaitable);
+    k.idem = std::move(idem);
+    co_return checked<keyed>{std::move(k), std::nullopt};
+}
+
+request_identity identity_of(const call& c, std::string_view lock, token_t token,
+                             const fence::preconditions& pre) {
+    request_identity id;
+    id.method = c.req.method_string();
+    id.route = to_string(c.match.kind);
+    id.name = c.match.name;
+    id.lock = lock;
+    id.token = token;
+    id.pre = pre;
+    id.content_type = c.req[http::field::content_type];
+    id.body = c.req.body();
+    return id;
+}
+
+// A reply answered from an Idempotency-Key record says so.
+void mark_replayed(response& res, bool replayed) {
+    if (replayed)
+        res.set(idempotent_replayed_field, "true");
+}
+
 net::awaitable<response> put_resource(call c) {
     auto h = write_headers_of(c);
     if (h.failure)
         co_return std::move(*h.failure);
     auto& [token, lock, pre] = *h.value;
+    const auto id = identity_of(c, lock, token, pre);
+    auto k = co_await idempotency_of(c, id);
+    if (k.failure)
+        co_return std::move(*k.failure);
 
     store::put_request p;
+    p.idem = std::move(k.value->idem);
     p.key = c.match.name;
     p.lock = lock;
     p.token = token;
@@ -284,13 +384,15 @@ net::awaitable<response> put_resource(call c) {
     store_timer timer{c, store_op::put};
     auto r = co_await c.ctx.store.put(std::move(p));
     timer.done(r.error);
-    count_write(c, r.error, token, r.current_token);
+    count_write(c, r.error, token, r.current_token, r.replayed);
     if (r.error != errc::ok)
         co_return write_failure(c, r, c.match.name, lock, token);
 
-    log_applied(c, c.match.name, lock, r.token);
+    if (!r.replayed)
+        log_applied(c, c.match.name, lock, r.token);
     auto res = applied_put_response(r.created, c.match.name, lock, r.token, r.version);
     res.set(http::field::etag, etag(r.version));
+    mark_replayed(res, r.replayed);
     co_return res;
 }
 
@@ -299,8 +401,13 @@ net::awaitable<response> delete_resource(call c) {
     if (h.failure)
         co_return std::move(*h.failure);
     auto& [token, lock, pre] = *h.value;
+    const auto id = identity_of(c, lock, token, pre);
+    auto k = co_await idempotency_of(c, id);
+    if (k.failure)
+        co_return std::move(*k.failure);
 
     store::delete_request d;
+    d.idem = std::move(k.value->idem);
     d.key = c.match.name;
     d.lock = lock;
     d.token = token;
@@ -308,12 +415,15 @@ net::awaitable<response> delete_resource(call c) {
     store_timer timer{c, store_op::del};
     auto r = co_await c.ctx.store.remove(std::move(d));
     timer.done(r.error);
-    count_write(c, r.error, token, r.current_token);
+    count_write(c, r.error, token, r.current_token, r.replayed);
     if (r.error != errc::ok)
         co_return write_failure(c, r, c.match.name, lock, token);
 
-    log_applied(c, c.match.name, lock, r.token);
-    co_return response{http::status::no_content, 11};
+    if (!r.replayed)
+        log_applied(c, c.match.name, lock, r.token);
+    response res{http::status::no_content, 11};
+    mark_replayed(res, r.replayed);
+    co_return res;
 }
 
 net::awaitable<response> get_resource(call c) {
@@ -360,17 +470,25 @@ net::awaitable<response> put_fence(call c) {
     auto token = token_of(c.req);
     if (token.failure)
         co_return std::move(*token.failure);
+    const auto id = identity_of(c, c.match.name, *token.value, {});
+    auto k = co_await idempotency_of(c, id);
+    if (k.failure)
+        co_return std::move(*k.failure);
     store_timer timer{c, store_op::fence_advance};
     store::fence_request f;
     f.lock = c.match.name;
     f.token = *token.value;
+    f.idem = std::move(k.value->idem);
     auto r = co_await c.ctx.store.advance_fence(std::move(f));
     timer.done(r.error);
-    count_write(c, r.error, *token.value, r.current_token);
+    count_write(c, r.error, *token.value, r.current_token, r.replayed);
     if (r.error != errc::ok)
         co_return write_failure(c, r, std::nullopt, c.match.name, *token.value);
-    log_applied(c, std::nullopt, c.match.name, r.token);
-    co_return json_response(http::status::ok, {{"lock", c.match.name}, {"token", r.token}});
+    if (!r.replayed)
+        log_applied(c, std::nullopt, c.match.name, r.token);
+    auto res = json_response(http::status::ok, {{"lock", c.match.name}, {"token", r.token}});
+    mark_replayed(res, r.replayed);
+    co_return res;
 }
 
 net::awaitable<response> list_fences(call c) {
@@ -390,25 +508,6 @@ net::awaitable<response> list_fences(call c) {
                             {{"fences", std::move(fences)},
                              {"next", r.next ? nlohmann::json(*r.next) : nlohmann::json(nullptr)}});
 }
-
-// Operation bodies up to this size are parsed where the request runs (a millisecond or
-// so); larger ones on parse_pool, so that no other connection waits behind them.
-constexpr std::size_t inline_parse_bytes = 64 * 1024;
-
-// One thread: large operation bodies are parsed one at a time and never on an I/O
-// thread, so however many arrive they take at most one core from the I/O threads.
-net::thread_pool& parse_pool() {
-    static net::thread_pool pool{1};
-    return pool;
-}
-
-} // namespace
-
-void join_parse_thread() {
-    parse_pool().join();
-}
-
-namespace {
 
 // `body` and `name` outlive the call (the awaiting request owns them).
 net::awaitable<detail::operation_params>
@@ -447,6 +546,10 @@ net::awaitable<response> run_operation(call c) {
     auto token = token_of(c.req);
     if (token.failure)
         co_return std::move(*token.failure);
+    const auto id = identity_of(c, *lock.value, *token.value, {});
+    auto k = co_await idempotency_of(c, id);
+    if (k.failure)
+        co_return std::move(*k.failure);
     auto params = co_await parse_params(
         c.req.body(), c.ctx.store.operation_param_count(c.match.name), c.match.name);
     if (!params.error.empty())
@@ -460,10 +563,11 @@ net::awaitable<response> run_operation(call c) {
     o.lock = *lock.value;
     o.token = *token.value;
     o.params = std::move(params.values);
+    o.idem = std::move(k.value->idem);
     store_timer timer{c, store_op::operation};
     auto r = co_await c.ctx.store.run_operation(std::move(o));
     timer.done(r.error);
-    count_write(c, r.error, *token.value, r.current_token);
+    count_write(c, r.error, *token.value, r.current_token, r.replayed);
     if (!r.server_message.empty())
         log_operation_error(c, r);
     switch (r.error) {
@@ -476,18 +580,21 @@ net::awaitable<response> run_operation(call c) {
         co_return operation_failed_response(r.sqlstate, r.message);
     case errc::not_found:
     case errc::invalid_request:
+    case errc::idempotency_key_reused:
         co_return make_error_response(r.error, r.message);
     default:
         co_return store_failure(c, r.error, r.message);
     }
 
-    log_applied(c, std::nullopt, *lock.value, r.token);
+    if (!r.replayed)
+        log_applied(c, std::nullopt, *lock.value, r.token);
     // rows_json is already a JSON array; spliced in rather than parsed and re-serialised.
     response res{http::status::ok, 11};
     res.set(http::field::content_type, "application/json");
     res.body() = "{\"token\":" + std::to_string(r.token) +
                  ",\"rows_affected\":" + std::to_string(r.rows_affected) +
                  ",\"rows\":" + (r.rows_json.empty() ? std::string{"[]"} : r.rows_json) + "}";
+    mark_replayed(res, r.replayed);
     co_return res;
 }
 

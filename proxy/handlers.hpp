@@ -21,6 +21,7 @@ namespace fk::proxy {
 using request = http::request<http::string_body>;
 
 class metrics;
+class inflight_keys;
 
 struct handler_context {
     store::store& store;
@@ -31,6 +32,9 @@ struct handler_context {
     // null: nothing is counted and /metrics is 404 (unit tests, fuzzers).
     metrics* stats = nullptr;
     route matched = route::not_found; // set by handle_request, for requests_total{route}
+    // Idempotency-Keys in flight on this process (a second request with one → 409); null:
+    // not checked here (unit tests, fuzzers), the store still never applies a key twice.
+    inflight_keys* idempotency_keys = nullptr;
 };
 
 // Routes and answers one request. Never throws: a bug (an exception escaping a handler)

@@ -128,7 +128,9 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
     stats.set_batch_stats(store->batches());
     proxy::limiter connections{settings.http.max_connections};
     proxy::limiter inflight{settings.http.max_inflight_requests};
-    const proxy::session_services services{*store, settings, stats, auth, connections, inflight};
+    proxy::inflight_keys idempotency_keys;
+    const proxy::session_services services{*store,      settings, stats,           auth,
+                                           connections, inflight, idempotency_keys};
 
     proxy::server server{io, services, session_contexts};
     if (auto error = server.listen()) {

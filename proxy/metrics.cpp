@@ -24,8 +24,8 @@ std::size_t route_index(route r) noexcept {
     return i < route_count ? i : static_cast<std::size_t>(route::not_found);
 }
 
-constexpr std::array<std::string_view, 4> write_outcome_names = {"applied", "stale",
-                                                                 "precondition_failed", "error"};
+constexpr std::array<std::string_view, 5> write_outcome_names = {
+    "applied", "stale", "precondition_failed", "error", "replayed"};
 constexpr std::array<std::string_view, 7> store_op_names = {
     "put", "delete", "get", "fence_advance", "fence_read", "fence_list", "operation"};
 constexpr std::array<std::string_view, 3> store_error_names = {"unavailable", "outcome_unknown",
@@ -500,7 +500,8 @@ std::string metrics::render() const {
 
     append_header(out, "fencekeeper_writes_total", "counter",
                   "Writes, deletes, fence advances and operations that reached the store, by "
-                  "result; result=\"stale\" counts zombie writers caught by the fence.");
+                  "result; result=\"stale\" counts zombie writers caught by the fence, "
+                  "result=\"replayed\" retries answered from an Idempotency-Key record.");
     for (std::size_t w = 0; w < writes.size(); ++w) {
         append_series(out, "fencekeeper_writes_total", {{"result", write_outcome_names[w]}});
         append_uint(out, writes[w]);

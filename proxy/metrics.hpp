@@ -38,7 +38,9 @@ enum class write_outcome : std::uint8_t {
     stale,               // 409 stale_token
     precondition_failed, // 412
     error,               // anything else the store answered: lock_mismatch,
-                         // operation_failed, unavailable, outcome_unknown, internal
+                         // operation_failed, unavailable, outcome_unknown, internal,
+                         // idempotency_key_reused
+    replayed,            // 2xx answered from an Idempotency-Key record: nothing applied
 };
 
 // store_duration_seconds{op}

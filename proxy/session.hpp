@@ -29,6 +29,7 @@
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/request_feed.hpp"
 #include "proxy/handlers.hpp"
+#include "proxy/idempotency.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/overload.hpp"
 #include "proxy/router.hpp"
@@ -57,6 +58,7 @@ struct session_services {
     const authenticator& auth;
     limiter& connections; // open connections (limits.max_connections)
     limiter& inflight;    // requests being served, process-wide (limits.max_inflight_requests)
+    inflight_keys& idempotency_keys; // Idempotency-Keys of requests being served
 };
 
 // The customisation point: what the session needs of a transport beyond

@@ -9,7 +9,7 @@ set -euo pipefail
 
 what="${1:-build}"
 
-build_pkgs=(build-essential cmake nlohmann-json3-dev doctest-dev libpq-dev libsqlite3-dev python3)
+build_pkgs=(build-essential cmake nlohmann-json3-dev doctest-dev libpq-dev libsqlite3-dev libssl-dev python3)
 test_pkgs=(sqlite3 postgresql redis-server redis-tools etcd-server etcd-client curl clang libclang-rt-14-dev faketime
            python3-prometheus-client wrk)
 

@@ -275,6 +275,7 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::serve() {
         // The store has its own deadlines; the socket has none while the handler runs.
         transport::expires_never(stream_);
         handler_context ctx{services_.store, settings_, peer_, {}, &services_.stats};
+        ctx.idempotency_keys = &services_.idempotency_keys;
         response res = co_await handle_request(ctx, parser.release(), std::move(target));
         if (closed_)
             co_return;

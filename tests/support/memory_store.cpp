@@ -144,15 +144,74 @@ fk::store::write_result memory_store::write_locked(const std::string& key, const
     return r;
 }
 
+namespace {
+std::string idem_id(const fk::store::idempotency& idem) {
+    return idem.scope + '\n' + idem.key;
+}
+} // namespace
+
+const memory_store::idem_record*
+memory_store::idem_find(const std::optional<fk::store::idempotency>& idem, bool& reused) const {
+    reused = false;
+    if (!idem)
+        return nullptr;
+    auto it = idem_.find(idem_id(*idem));
+    if (it == idem_.end())
+        return nullptr;
+    reused = it->second.fingerprint != idem->fingerprint;
+    return &it->second;
+}
+
+void memory_store::idem_save(const std::optional<fk::store::idempotency>& idem,
+                             const fk::store::write_result* w,
+                             const fk::store::operation_result* o) {
+    if (!idem)
+        return;
+    idem_record rec;
+    rec.fingerprint = idem->fingerprint;
+    if (w)
+        rec.write = *w;
+    if (o)
+        rec.operation = *o;
+    idem_[idem_id(*idem)] = std::move(rec);
+}
+
+// A keyed write answered from its record: the recorded outcome, or idempotency_key_reused.
+template <class Result>
+std::optional<Result> replay_of(const void* found, bool reused, const Result& recorded) {
+    if (!found)
+        return std::nullopt;
+    Result r;
+    if (reused) {
+        r.error = errc::idempotency_key_reused;
+        return r;
+    }
+    r = recorded;
+    r.replayed = true;
+    return r;
+}
+
 net::awaitable<fk::store::write_result> memory_store::put(fk::store::put_request req) {
     std::lock_guard lock{mu_};
-    co_return write_locked(req.key, req.lock, req.token, req.pre, false,
-                           std::move(req.content_type), std::move(req.body));
+    bool reused = false;
+    if (auto* rec = idem_find(req.idem, reused))
+        co_return *replay_of(rec, reused, rec->write);
+    auto r = write_locked(req.key, req.lock, req.token, req.pre, false, std::move(req.content_type),
+                          std::move(req.body));
+    if (r.error == errc::ok)
+        idem_save(req.idem, &r, nullptr);
+    co_return r;
 }
 
 net::awaitable<fk::store::write_result> memory_store::remove(fk::store::delete_request req) {
     std::lock_guard lock{mu_};
-    co_return write_locked(req.key, req.lock, req.token, req.pre, true, {}, {});
+    bool reused = false;
+    if (auto* rec = idem_find(req.idem, reused))
+        co_return *replay_of(rec, reused, rec->write);
+    auto r = write_locked(req.key, req.lock, req.token, req.pre, true, {}, {});
+    if (r.error == errc::ok)
+        idem_save(req.idem, &r, nullptr);
+    co_return r;
 }
 
 net::awaitable<fk::store::object_result> memory_store::get(std::string key, bool with_body) {
@@ -189,6 +248,9 @@ net::awaitable<fk::store::write_result> memory_store::advance_fence(fk::store::f
         r.message = "injected failure";
         co_return r;
     }
+    bool reused = false;
+    if (auto* rec = idem_find(req.idem, reused))
+        co_return *replay_of(rec, reused, rec->write);
     auto fence = fence_locked(lock_name);
     if (!fence::accepts(fence, token)) {
         r.error = errc::stale_token;
@@ -196,6 +258,7 @@ net::awaitable<fk::store::write_result> memory_store::advance_fence(fk::store::f
         co_return r;
     }
     r.token = advance_locked(lock_name, token);
+    idem_save(req.idem, &r, nullptr);
     co_return r;
 }
 
@@ -258,6 +321,9 @@ memory_store::run_operation(fk::store::operation_request req) {
         r.message = "no operation '" + req.name + "'";
         co_return r;
     }
+    bool reused = false;
+    if (auto* rec = idem_find(req.idem, reused))
+        co_return *replay_of(rec, reused, rec->operation);
     auto fence = fence_locked(req.lock);
     if (!fence::accepts(fence, req.token)) {
         r.error = errc::stale_token;
@@ -268,6 +334,7 @@ memory_store::run_operation(fk::store::operation_request req) {
     if (r.error != errc::ok)
         co_return r;
     r.token = advance_locked(req.lock, req.token);
+    idem_save(req.idem, nullptr, &r);
     co_return r;
 }
 

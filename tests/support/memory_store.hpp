@@ -85,6 +85,20 @@ private:
     std::map<std::string, fence_entry> fences_; // bytewise order, as the listing needs
     std::map<std::string, operation_fn> operations_;
     std::map<std::string, std::size_t> param_counts_;
+    // Idempotency-Key records ("scope\nkey" → the request's fingerprint and its outcome);
+    // never expire here.
+    struct idem_record {
+        std::string fingerprint;
+        fk::store::write_result write;
+        fk::store::operation_result operation;
+    };
+    std::map<std::string, idem_record> idem_;
+    // Called with mu_ held: the record answering `idem`, if there is one (a reused key
+    // answers with a result whose error is idempotency_key_reused).
+    const idem_record* idem_find(const std::optional<fk::store::idempotency>& idem,
+                                 bool& reused) const;
+    void idem_save(const std::optional<fk::store::idempotency>& idem,
+                   const fk::store::write_result* w, const fk::store::operation_result* o);
     std::function<std::int64_t()> now_ms_;
     errc fail_with_ = errc::ok;
     int fail_count_ = 0;

@@ -132,8 +132,9 @@ struct harness {
         settings.http.max_header_bytes = 1024;
         settings.http.max_body_bytes = 64;
     }
+    fk::proxy::inflight_keys idempotency_keys;
     fk::proxy::session_services services() {
-        return {store, settings, stats, auth, connections, inflight};
+        return {store, settings, stats, auth, connections, inflight, idempotency_keys};
     }
 };
 
