@@ -7,6 +7,8 @@
 // - a write (PUT/DELETE resource, PUT fence, POST operation) answered 2xx was applied by
 //   the store with the token and lock the request named, never below the fence;
 // - a write answered with anything else left every key and fence it touched unchanged;
+// - a 2xx with Idempotent-Replayed: true rests on one store call answered from an
+//   Idempotency-Key record, which changed nothing;
 // - fences never go down;
 // - a store failure (injected) never becomes a 2xx;
 // - every response has X-Request-Id, and every error is JSON {error, message} whose code
@@ -65,6 +67,7 @@ struct store_call {
     fence::token_t token = 0;
     std::string body; // put only
     errc result = errc::ok;
+    bool replayed = false; // answered from an Idempotency-Key record
     std::optional<std::string> body_before, body_after;
     std::optional<fence::token_t> fence_before, fence_after;
 };
@@ -80,13 +83,13 @@ public:
         auto c = begin(call_kind::put, req.key, req.lock, req.token);
         c.body = req.body;
         auto r = co_await inner_.put(std::move(req));
-        finish(c, r.error);
+        finish(c, r.error, r.replayed);
         co_return r;
     }
     net::awaitable<st::write_result> remove(st::delete_request req) override {
         auto c = begin(call_kind::remove, req.key, req.lock, req.token);
         auto r = co_await inner_.remove(std::move(req));
-        finish(c, r.error);
+        finish(c, r.error, r.replayed);
         co_return r;
     }
     net::awaitable<st::object_result> get(std::string key, bool with_body) override {
@@ -98,7 +101,7 @@ public:
     net::awaitable<st::write_result> advance_fence(st::fence_request req) override {
         auto c = begin(call_kind::advance, {}, req.lock, req.token);
         auto r = co_await inner_.advance_fence(std::move(req));
-        finish(c, r.error);
+        finish(c, r.error, r.replayed);
         co_return r;
     }
     net::awaitable<st::fence_result> read_fence(std::string lock) override {
@@ -120,7 +123,7 @@ public:
     net::awaitable<st::operation_result> run_operation(st::operation_request req) override {
         auto c = begin(call_kind::operation, {}, req.lock, req.token);
         auto r = co_await inner_.run_operation(std::move(req));
-        finish(c, r.error);
+        finish(c, r.error, r.replayed);
         co_return r;
     }
     bool ready() const noexcept override { return inner_.ready(); }
@@ -140,8 +143,9 @@ private:
             c.fence_before = inner_.fence_of(lock);
         return c;
     }
-    void finish(store_call& c, errc result) {
+    void finish(store_call& c, errc result, bool replayed = false) {
         c.result = result;
+        c.replayed = replayed;
         if (!c.key.empty())
             c.body_after = inner_.body_of(c.key);
         if (!c.lock.empty())
@@ -238,8 +242,8 @@ void check_call(const store_call& c) {
         FK_FUZZ_CHECK(*c.fence_after >= *c.fence_before); // fences never go down
     if (c.fence_before && !c.lock.empty())
         FK_FUZZ_CHECK(c.fence_after.has_value()); // nor disappear
-    if (c.kind == call_kind::read || c.result != errc::ok) {
-        // Reads and failed writes change nothing they touch.
+    if (c.kind == call_kind::read || c.result != errc::ok || c.replayed) {
+        // Reads, failed writes and replays change nothing they touch.
         FK_FUZZ_CHECK(c.body_before == c.body_after);
         FK_FUZZ_CHECK(c.fence_before == c.fence_after);
         return;
@@ -267,12 +271,19 @@ void check_response(const proxy::request& req, const proxy::response& res,
         check_call(c);
 
     const auto write = write_of(req);
-    std::size_t applied = 0;
+    std::size_t applied = 0, replayed = 0;
     for (const auto& c : calls)
         if (c.kind != call_kind::read && c.result == errc::ok)
-            ++applied;
+            ++(c.replayed ? replayed : applied);
+    FK_FUZZ_CHECK((res["Idempotent-Replayed"] == "true") == (replayed == 1));
+    FK_FUZZ_CHECK(replayed <= 1);
 
-    if (!is_2xx(res)) {
+    if (replayed == 1) {
+        // Answered from the record of an earlier request with the same key and
+        // fingerprint: a 2xx to a write, nothing applied now.
+        FK_FUZZ_CHECK(write.has_value() && is_2xx(res) && applied == 0);
+        FK_FUZZ_CHECK(req.count("Idempotency-Key") == 1);
+    } else if (!is_2xx(res)) {
         // Nothing the client was told failed reached the store.
         FK_FUZZ_CHECK(applied == 0);
     } else if (write) {
