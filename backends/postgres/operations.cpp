@@ -77,8 +77,8 @@ net::awaitable<std::string> operations::prepare_all(detail::connection& c, bool 
     co_return std::string();
 }
 
-net::awaitable<operation_result> operations::run_on(detail::connection& c, const entry& op,
-                                                    operation_request req) {
+net::awaitable<std::optional<operation_result>>
+operations::ready_on(detail::connection& c, const entry& op, std::size_t nparams) {
     if (!c.op_prepared[op.index]) {
         auto o = co_await prepare(c, op);
         if (o.t != exec_outcome::transport::ok)
@@ -86,14 +86,84 @@ net::awaitable<operation_result> operations::run_on(detail::connection& c, const
         if (!o.results.empty() && !o.results.front().ok())
             co_return map_prepare_failure(o.results.front(), op.name, op.expose_errors);
     }
-    if (auto wrong = check_param_count(op, req.params.size()))
-        co_return std::move(*wrong);
+    co_return check_param_count(op, nparams);
+}
+
+net::awaitable<operation_result> operations::run_on(detail::connection& c, const entry& op,
+                                                    operation_request req) {
+    if (auto answer = co_await ready_on(c, op, req.params.size()))
+        co_return std::move(*answer);
     const auto fence_params = sql::op_fence_params(req.lock, req.token);
     const auto user_params = sql::op_params(req.params);
     const std::vector<detail::pipeline_step> steps{{sql::name::op_fence, &fence_params},
                                                    {op.statement.c_str(), &user_params}};
     auto o = co_await c.exec_pipeline(steps, timeout_);
     co_return map_operation(o, req.token, op.expose_errors);
+}
+
+net::awaitable<void> operations::roll_back(detail::connection& c) {
+    // A failure here leaves the connection unusable; the pool then drops it, and the
+    // server rolls back when the session ends.
+    co_await c.exec_simple("ROLLBACK", timeout_);
+}
+
+net::awaitable<std::optional<operation_result>>
+operations::run_keyed_on(detail::connection& c, const entry& op, const operation_request& req,
+                         std::chrono::seconds retention) {
+    if (auto answer = co_await ready_on(c, op, req.params.size()))
+        co_return std::move(*answer);
+    static const sql::param_list none;
+    const auto fence_params = sql::op_fence_params(req.lock, req.token);
+    const auto user_params = sql::op_params(req.params);
+    const std::vector<detail::pipeline_step> steps{{sql::name::begin, &none},
+                                                   {sql::name::op_fence, &fence_params},
+                                                   {op.statement.c_str(), &user_params}};
+    auto o = co_await c.exec_pipeline(steps, timeout_);
+    // Nothing commits before our COMMIT: a lost or timed-out exchange is definite (the
+    // connection is dropped and the server rolls back).
+    if (o.t != exec_outcome::transport::ok)
+        co_return unavailable<operation_result>(
+            o.t == exec_outcome::transport::timeout_after_send ||
+                    o.t == exec_outcome::transport::timeout_unsent
+                ? "database did not answer in time; nothing was applied"
+                : "database unavailable: " + o.error);
+    if (o.results.empty() || !o.results.front().ok()) {
+        co_await roll_back(c);
+        co_return failure<operation_result>(errc::internal, "BEGIN failed");
+    }
+    o.results.erase(o.results.begin()); // BEGIN's: now as map_operation expects
+    auto r = map_operation(o, req.token, op.expose_errors);
+    if (r.error != errc::ok) {
+        co_await roll_back(c);
+        co_return r;
+    }
+    const auto record_params =
+        sql::op_record_params(*req.idem, r.token, r.rows_affected, r.rows_json, retention);
+    const std::vector<detail::pipeline_step> finish{{sql::name::op_record, &record_params},
+                                                    {sql::name::commit, &none}};
+    auto f = co_await c.exec_pipeline(finish, timeout_);
+    // A server error for the record (FKR01: the key's record committed meanwhile) or the
+    // COMMIT is definite: the transaction did not commit.
+    for (const auto& res : f.results) {
+        if (!res.server_error())
+            continue;
+        co_await roll_back(c);
+        if (res.sqlstate == sql::sqlstate_retry)
+            co_return std::nullopt;
+        co_return failure<operation_result>(
+            transient_sqlstate(res.sqlstate) ? errc::unavailable : errc::internal,
+            "database error " + res.sqlstate + ": " + res.message + "; nothing was applied");
+    }
+    // COMMIT runs when its Execute arrives, before the Sync: once any of this exchange
+    // may have left us, the outcome is unknown.
+    if (f.t != exec_outcome::transport::ok)
+        co_return failure<operation_result>(
+            errc::outcome_unknown, "database connection lost while committing; the operation "
+                                   "may or may not have been applied (a retry with the same "
+                                   "Idempotency-Key tells)");
+    if (f.results.size() < 3 || !f.results[0].ok() || !f.results[1].ok())
+        co_return failure<operation_result>(errc::internal, "unexpected commit result");
+    co_return r;
 }
 
 } // namespace fk::store::pg

@@ -11,6 +11,7 @@
 #include "config/settings.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,7 +55,25 @@ public:
     net::awaitable<operation_result> run_on(detail::connection& c, const entry& op,
                                             operation_request req);
 
+    // On `c`'s strand, for a request with an Idempotency-Key: [BEGIN, fence step, the
+    // statement, Sync], then, only when both succeeded, [the record with the rows as
+    // returned, COMMIT, Sync]: the record commits with the fence step and the statement,
+    // and a failed operation records nothing (ROLLBACK). nullopt when an unexpired record
+    // under the key committed meanwhile (FKR01): everything rolled back; the caller looks
+    // the record up again.
+    net::awaitable<std::optional<operation_result>> run_keyed_on(detail::connection& c,
+                                                                 const entry& op,
+                                                                 const operation_request& req,
+                                                                 std::chrono::seconds retention);
+
 private:
+    // Prepares `op` on `c` if needed and checks the parameter count: an answer when the
+    // call cannot go ahead.
+    net::awaitable<std::optional<operation_result>> ready_on(detail::connection& c, const entry& op,
+                                                             std::size_t nparams);
+    // Ends the transaction a keyed operation left open (after an error): the connection
+    // is reusable only once it is idle again (detail::connection::reusable).
+    net::awaitable<void> roll_back(detail::connection& c);
     // Prepares one operation on `c` and learns its parameter count once.
     net::awaitable<exec_outcome> prepare(detail::connection& c, const entry& op);
 

@@ -8,6 +8,7 @@
 
 #include "backends/fence_cache.hpp"
 #include "backends/log/logging.hpp"
+#include "backends/postgres/idem_expiry.hpp"
 #include "backends/postgres/operations.hpp"
 #include "backends/postgres/pool.hpp"
 #include "backends/postgres/result.hpp"
@@ -43,19 +44,31 @@ public:
                                                  s.postgres.statement_timeout),
               ops_, round_trip_)),
           batcher_(s.postgres.batch_max > 1
-                       ? std::make_shared<pg::write_batcher>(pool_, round_trip_, s.postgres)
-                       : nullptr) {
+                       ? std::make_shared<pg::write_batcher>(pool_, round_trip_, s.postgres,
+                                                             s.idempotency.retention)
+                       : nullptr),
+          retention_(s.idempotency.retention),
+          expiry_(std::make_shared<pg::idem_expiry>(pool_, s.idempotency.retention)) {
         pool_->start();
+        expiry_->start();
     }
     ~postgres_store() override { stop(); }
 
     net::awaitable<write_result> put(put_request req) override {
+        // A keyed write is answered from its record first, even when the cache knows the
+        // token is stale now (the replay tells what happened then).
+        if (req.idem)
+            if (auto answer = co_await answer_from_record(*req.idem, true))
+                co_return std::move(*answer);
         if (auto s = cached_stale(req.key, req.lock, req.token))
             co_return *s;
+        const pg::sql::batch_item item{req.key,  req.lock,         req.token, false,
+                                       req.body, req.content_type, req.pre,   idem_of(req.idem)};
         write_result r;
         if (batcher_) {
-            r = co_await batcher_->submit(
-                {req.key, req.lock, req.token, false, req.body, req.content_type, req.pre});
+            r = co_await batcher_->submit(item);
+        } else if (req.idem) {
+            r = co_await write_alone(item);
         } else {
             const auto params = pg::sql::put_params(req);
             r = co_await write(pg::sql::name::put, params, req.token, true, false);
@@ -65,11 +78,18 @@ public:
     }
 
     net::awaitable<write_result> remove(delete_request req) override {
+        if (req.idem)
+            if (auto answer = co_await answer_from_record(*req.idem, false))
+                co_return std::move(*answer);
         if (auto s = cached_stale(req.key, req.lock, req.token))
             co_return *s;
+        const pg::sql::batch_item item{req.key, req.lock, req.token, true,
+                                       {},      {},       req.pre,   idem_of(req.idem)};
         write_result r;
         if (batcher_) {
-            r = co_await batcher_->submit({req.key, req.lock, req.token, true, {}, {}, req.pre});
+            r = co_await batcher_->submit(item);
+        } else if (req.idem) {
+            r = co_await write_alone(item);
         } else {
             const auto params = pg::sql::delete_params(req);
             r = co_await write(pg::sql::name::remove, params, req.token, false, false);
@@ -91,10 +111,18 @@ public:
     net::awaitable<write_result> advance_fence(fence_request req) override {
         const std::string lock = std::move(req.lock);
         const token_t token = req.token;
+        if (req.idem)
+            if (auto answer = co_await answer_from_record(*req.idem, false))
+                co_return std::move(*answer);
         if (auto bound = cache_.stale_bound(lock, token))
             co_return stale<write_result>(*bound);
-        const auto params = pg::sql::advance_params(lock, token);
-        auto r = co_await write(pg::sql::name::advance, params, token, false, true);
+        const auto params = req.idem
+                                ? pg::sql::advance_idem_params(lock, token, *req.idem, retention_)
+                                : pg::sql::advance_params(lock, token);
+        auto r = co_await write(req.idem ? pg::sql::name::advance_idem : pg::sql::name::advance,
+                                params, token, false, true);
+        if (r.replayed)
+            co_return r;
         if (r.error == errc::ok)
             cache_.observe_fence(lock, r.token);
         else if (r.error == errc::stale_token)
@@ -128,6 +156,8 @@ public:
         if (!op)
             co_return pg::failure<operation_result>(errc::not_found,
                                                     "no operation '" + req.name + "'");
+        if (req.idem)
+            co_return co_await run_keyed_operation(*op, std::move(req));
         if (auto bound = cache_.stale_bound(req.lock, req.token))
             co_return stale<operation_result>(*bound);
         const std::string lock = req.lock;
@@ -138,10 +168,7 @@ public:
         auto r = co_await net::co_spawn(
             a.conn->strand(), ops_->run_on(*a.conn, *op, std::move(req)), net::use_awaitable);
         pool_->release(a.conn);
-        if (r.error == errc::ok)
-            cache_.observe_fence(lock, token);
-        else if (r.error == errc::stale_token)
-            cache_.observe_fence(lock, r.current_token);
+        observe_operation(lock, token, r);
         co_return r;
     }
 
@@ -152,6 +179,7 @@ public:
     void stop() override {
         if (batcher_)
             batcher_->stop();
+        expiry_->stop();
         pool_->stop();
     }
 
@@ -189,8 +217,91 @@ private:
         }
     }
 
+    static const idempotency* idem_of(const std::optional<idempotency>& idem) {
+        return idem ? &*idem : nullptr;
+    }
+
+    // The answer of `idem`'s unexpired record (replayed, or idempotency_key_reused), or
+    // of a failed lookup; nullopt when there is no record and the write goes ahead. A
+    // plain read on a pooled connection: no transaction, not through the batch queue.
+    net::awaitable<std::optional<write_result>> answer_from_record(const idempotency& idem,
+                                                                   bool is_put) {
+        const auto params = pg::sql::idem_get_params(idem, retention_);
+        auto o = co_await pool_->run(pg::sql::name::idem_get, params, true);
+        auto l = pg::map_idem_get(o);
+        if (l.error != errc::ok)
+            co_return pg::failure<write_result>(l.error, std::move(l.message));
+        if (!l.record)
+            co_return std::nullopt;
+        co_return pg::replay_write(*l.record, idem.fingerprint, is_put);
+    }
+
+    // A keyed put or delete with batch_max 1: as a batch of one (write_batch_sql holds
+    // the record logic), re-run when it lost a race.
+    net::awaitable<write_result> write_alone(const pg::sql::batch_item& item) {
+        for (int attempt = 1;; ++attempt) {
+            auto a = co_await pool_->acquire();
+            if (!a.conn)
+                co_return unavailable<write_result>("database unavailable: " + a.why);
+            std::vector<pg::sql::batch_item> items{item};
+            auto maps = co_await net::co_spawn(
+                a.conn->strand(),
+                pg::write_batcher::run_batch_on(a.conn, std::move(items), pool_->query_timeout(),
+                                                retention_),
+                net::use_awaitable);
+            pool_->release(a.conn);
+            auto& m = maps.front();
+            if (!m.retry)
+                co_return std::move(m.result);
+            if (attempt == pg::max_write_attempts)
+                co_return unavailable<write_result>(
+                    "concurrent writers kept racing for the key; nothing was written");
+        }
+    }
+
+    // A keyed named operation: its record answers first; else it runs with the record in
+    // its transaction, and when another request under the key committed first, its
+    // record answers after all.
+    net::awaitable<operation_result> run_keyed_operation(const pg::operations::entry& op,
+                                                         operation_request req) {
+        for (int attempt = 1; attempt <= pg::max_write_attempts; ++attempt) {
+            const auto params = pg::sql::idem_get_params(*req.idem, retention_);
+            auto o = co_await pool_->run(pg::sql::name::idem_get, params, true);
+            auto l = pg::map_idem_get(o);
+            if (l.error != errc::ok)
+                co_return pg::failure<operation_result>(l.error, std::move(l.message));
+            if (l.record)
+                co_return pg::replay_operation(*l.record, req.idem->fingerprint);
+            if (auto bound = cache_.stale_bound(req.lock, req.token))
+                co_return stale<operation_result>(*bound);
+            auto a = co_await pool_->acquire();
+            if (!a.conn)
+                co_return unavailable<operation_result>("database unavailable: " + a.why);
+            auto r = co_await net::co_spawn(a.conn->strand(),
+                                            ops_->run_keyed_on(*a.conn, op, req, retention_),
+                                            net::use_awaitable);
+            pool_->release(a.conn);
+            if (r) {
+                observe_operation(req.lock, req.token, *r);
+                co_return std::move(*r);
+            }
+        }
+        co_return unavailable<operation_result>(
+            "concurrent requests kept racing for the Idempotency-Key; nothing was applied");
+    }
+
+    void observe_operation(const std::string& lock, token_t token, const operation_result& r) {
+        if (r.error == errc::ok)
+            cache_.observe_fence(lock, token);
+        else if (r.error == errc::stale_token)
+            cache_.observe_fence(lock, r.current_token);
+    }
+
     void observe(const std::string& key, const std::string& lock, const write_result& r,
                  bool is_put) {
+        // A replay tells what happened then, not what holds now.
+        if (r.replayed)
+            return;
         switch (r.error) {
         case errc::ok:
             cache_.observe_fence(lock, r.token);
@@ -215,6 +326,8 @@ private:
     std::shared_ptr<pg::round_trip> round_trip_;
     std::shared_ptr<pg::pool> pool_;
     std::shared_ptr<pg::write_batcher> batcher_; // null with batch_max 1
+    std::chrono::seconds retention_;             // idempotency.retention
+    std::shared_ptr<pg::idem_expiry> expiry_;
     commit_stats no_batches_;
 };
 

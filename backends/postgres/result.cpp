@@ -188,6 +188,30 @@ write_mapping map_write_cells(const result_table& t, std::size_t row, std::size_
     return m;
 }
 
+// A keyed row answered from the record found before applying: columns `o` (rec_same),
+// then rec_created, rec_version, rec_token (the batch); the advance has only rec_same and
+// rec_token (`has_put_fields` false).
+std::optional<write_mapping> map_answered(const result_table& t, std::size_t row, std::size_t o,
+                                          bool is_put, bool has_put_fields) {
+    const auto* same = cell(t, row, o);
+    if (!same || !*same)
+        return std::nullopt;
+    write_mapping m;
+    if (!bool_at(t, row, o)) {
+        m.result = failure<write_result>(
+            errc::idempotency_key_reused,
+            "this Idempotency-Key was used for a different request; nothing was applied");
+        return m;
+    }
+    m.result.replayed = true;
+    m.result.token = int_at(t, row, o + (has_put_fields ? 3 : 1)).value_or(0);
+    if (is_put && has_put_fields) {
+        m.result.created = bool_at(t, row, o + 1);
+        m.result.version = int_at(t, row, o + 2).value_or(0);
+    }
+    return m;
+}
+
 // Errors that prove the transaction rolled back and that a re-run may well succeed.
 bool rerun_sqlstate(std::string_view s) noexcept {
     return s == sql::sqlstate_retry || s == "40P01" || s == "40001";
@@ -235,13 +259,13 @@ std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<ba
     }
     const std::size_t at = leading;
     // Columns: n, mismatch, pre_failed, key_lock, applied, version, created, seen_fence,
-    // unwritten.
+    // unwritten, rec_same, rec_created, rec_version, rec_token.
     bool leading_ok = o.results.size() == at + 2;
     for (std::size_t i = 0; leading_ok && i < at; ++i)
         leading_ok = o.results[i].ok();
     if (!leading_ok || !o.results[at].ok() ||
         o.results[at + 1].st != result_table::status::pipeline_sync ||
-        o.results[at].rows.size() != rows.size() || o.results[at].columns.size() < 9) {
+        o.results[at].rows.size() != rows.size() || o.results[at].columns.size() < 13) {
         write_mapping m;
         m.result = failure<write_result>(errc::internal, "unexpected batch result");
         return all(m);
@@ -253,7 +277,11 @@ std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<ba
             m.result = failure<write_result>(errc::internal, "batch result out of order");
             return all(m);
         }
-        out[i] = map_write_cells(t, i, 1, rows[i].token, rows[i].is_put);
+        // Columns 9..12: rec_same, rec_created, rec_version, rec_token.
+        if (auto answered = map_answered(t, i, 9, rows[i].is_put, true))
+            out[i] = std::move(*answered);
+        else
+            out[i] = map_write_cells(t, i, 1, rows[i].token, rows[i].is_put);
     }
     return out;
 }
@@ -264,6 +292,10 @@ write_mapping map_advance_row(const result_table& t, token_t token) {
         m.result = failure<write_result>(errc::internal, "unexpected fence statement result");
         return m;
     }
+    // advance_idem_sql: applied, seen_fence, raced, rec_same, rec_token.
+    if (t.columns.size() >= 5)
+        if (auto answered = map_answered(t, 0, 3, false, false))
+            return std::move(*answered);
     if (auto applied = int_at(t, 0, 0)) {
         m.result.token = *applied;
         return m;
@@ -303,6 +335,62 @@ write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool 
     }
     return is_advance ? map_advance_row(o.results.front(), token)
                       : map_write_row(o.results.front(), token, is_put);
+}
+
+idem_lookup map_idem_get(const exec_outcome& o) {
+    idem_lookup l;
+    auto fail = [&](const auto& f) {
+        l.error = f.error;
+        l.message = f.message;
+        return l;
+    };
+    if (!o.results.empty() && o.results.front().server_error())
+        return fail(server_failure<write_result>(o.results.front()));
+    if (auto f = transport_failure<write_result>(o, false))
+        return fail(*f);
+    if (o.results.empty() || !o.results.front().ok() || o.results.front().columns.size() < 6)
+        return fail(failure<write_result>(errc::internal, "unexpected idempotency lookup result"));
+    const auto& t = o.results.front();
+    if (t.rows.empty())
+        return l;
+    // Columns: fingerprint, created, version, token, rows_affected, rows.
+    idem_record r;
+    r.fingerprint = text_at(t, 0, 0);
+    r.created = bool_at(t, 0, 1);
+    r.version = int_at(t, 0, 2).value_or(0);
+    r.token = int_at(t, 0, 3).value_or(0);
+    r.rows_affected = int_at(t, 0, 4).value_or(0);
+    r.rows_json = text_at(t, 0, 5);
+    l.record = std::move(r);
+    return l;
+}
+
+write_result replay_write(const idem_record& rec, std::string_view fingerprint, bool is_put) {
+    if (rec.fingerprint != fingerprint)
+        return failure<write_result>(
+            errc::idempotency_key_reused,
+            "this Idempotency-Key was used for a different request; nothing was applied");
+    write_result r;
+    r.replayed = true;
+    r.token = rec.token;
+    if (is_put) {
+        r.created = rec.created;
+        r.version = rec.version;
+    }
+    return r;
+}
+
+operation_result replay_operation(const idem_record& rec, std::string_view fingerprint) {
+    if (rec.fingerprint != fingerprint)
+        return failure<operation_result>(
+            errc::idempotency_key_reused,
+            "this Idempotency-Key was used for a different request; nothing was applied");
+    operation_result r;
+    r.replayed = true;
+    r.token = rec.token;
+    r.rows_affected = rec.rows_affected;
+    r.rows_json = rec.rows_json;
+    return r;
 }
 
 object_result map_get(const exec_outcome& o, bool with_body) {

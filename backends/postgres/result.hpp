@@ -73,7 +73,8 @@ struct write_mapping {
 
 // For put/delete: the row of sql::put_sql / sql::delete_sql (text format).
 write_mapping map_write_row(const result_table& t, token_t token, bool is_put);
-// For advance_fence: the row of sql::advance_sql.
+// For advance_fence: the row of sql::advance_sql, or of sql::advance_idem_sql (whose
+// rec_same and rec_token columns answer from the record found).
 write_mapping map_advance_row(const result_table& t, token_t token);
 
 // A whole write exchange: transport and server errors, then the row. `is_write` false
@@ -92,6 +93,31 @@ struct batch_row {
 };
 std::vector<write_mapping> map_batch(const exec_outcome& o, const std::vector<batch_row>& rows,
                                      std::size_t leading);
+
+// ---- Idempotency-Key records ----
+
+// A record as stored (sql::idem_get_sql).
+struct idem_record {
+    std::string fingerprint;
+    bool created = false;
+    std::int64_t version = 0;
+    token_t token = 0;
+    std::int64_t rows_affected = 0;
+    std::string rows_json;
+};
+// The lookup before a keyed write: error (unavailable, internal) or the record, if any.
+struct idem_lookup {
+    errc error = errc::ok;
+    std::string message;
+    std::optional<idem_record> record;
+};
+// sql::idem_get_sql's result, in binary format.
+idem_lookup map_idem_get(const exec_outcome& o);
+// The answer a record gives to a write with `fingerprint`: the recorded outcome
+// (replayed) when it is the same request, else idempotency_key_reused. `is_put` keeps
+// created and version (delete and fence: the token only).
+write_result replay_write(const idem_record& rec, std::string_view fingerprint, bool is_put);
+operation_result replay_operation(const idem_record& rec, std::string_view fingerprint);
 
 // ---- reads ----
 

@@ -83,9 +83,11 @@ constexpr const char* stopping = "the store is stopping";
 } // namespace
 
 write_batcher::write_batcher(std::shared_ptr<pool> p, std::shared_ptr<const round_trip> rt,
-                             const config::postgres_settings& s)
+                             const config::postgres_settings& s,
+                             std::chrono::seconds idem_retention)
     : pool_(std::move(p)), round_trip_(std::move(rt)), queue_limit_(s.queue_limit),
-      max_runners_(s.batch_concurrency), queue_(s.batch_max), overlap_timer_(pool_->strand()) {}
+      max_runners_(s.batch_concurrency), idem_retention_(idem_retention), queue_(s.batch_max),
+      overlap_timer_(pool_->strand()) {}
 
 net::awaitable<write_result> write_batcher::submit(const sql::batch_item& item) {
     return net::async_initiate<decltype(net::use_awaitable), void(write_result)>(
@@ -219,9 +221,9 @@ net::awaitable<void> write_batcher::batch_runner() {
         items.reserve(batch.size());
         for (const auto& j : batch)
             items.push_back(j->item);
-        auto maps = co_await net::co_spawn(a.conn->strand(),
-                                           run_batch_on(a.conn, items, pool_->query_timeout()),
-                                           net::use_awaitable);
+        auto maps = co_await net::co_spawn(
+            a.conn->strand(), run_batch_on(a.conn, items, pool_->query_timeout(), idem_retention_),
+            net::use_awaitable);
         queue_.done(batch);
         --in_flight_;
         // Retries go back to the front, in their order, ahead of later writes.
@@ -251,13 +253,13 @@ net::awaitable<void> write_batcher::batch_runner() {
     spawn_runner_if_needed();
 }
 
-// On the connection's strand: one write alone as the single-row statement (a third of the
-// batch pipeline's database CPU for one row), several as [begin, batch, Sync] in one
-// implicit transaction.
+// On the connection's strand: one unkeyed write alone as the single-row statement (a third
+// of the batch pipeline's database CPU for one row), several, or a keyed one, as [begin,
+// batch, Sync] in one implicit transaction.
 net::awaitable<std::vector<write_mapping>>
 write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items,
-                            detail::millis timeout) {
-    if (items.size() == 1) {
+                            detail::millis timeout, std::chrono::seconds idem_retention) {
+    if (items.size() == 1 && !items.front().idem) {
         const auto& it = items.front();
         const auto params = sql::single_write_params(it);
         auto o = co_await c->exec_prepared(it.is_delete ? sql::name::remove : sql::name::put,
@@ -268,7 +270,7 @@ write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items
     rows.reserve(items.size());
     for (const auto& it : items)
         rows.push_back({it.token, !it.is_delete});
-    const auto params = sql::write_batch_params(items);
+    const auto params = sql::write_batch_params(items, idem_retention);
     static const sql::param_list none;
     std::vector<detail::pipeline_step> steps{{sql::name::batch_begin, &none},
                                              {sql::name::write_batch, &params}};

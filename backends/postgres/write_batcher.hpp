@@ -49,8 +49,9 @@ std::chrono::milliseconds sweep_period(std::chrono::milliseconds statement_timeo
 
 class write_batcher : public std::enable_shared_from_this<write_batcher> {
 public:
+    // `idem_retention`: idempotency.retention, for keyed writes.
     write_batcher(std::shared_ptr<pool> p, std::shared_ptr<const round_trip> rt,
-                  const config::postgres_settings& s);
+                  const config::postgres_settings& s, std::chrono::seconds idem_retention);
 
     // The write joins the queue; resumes the caller on its own executor with the result.
     // One hop to the pool strand and one back, no coroutine frame or timer per write:
@@ -66,6 +67,13 @@ public:
 
     struct job; // one write waiting for, or in, a batch
 
+    // On `c`'s strand: one unkeyed write alone as the single-row statement, anything else
+    // (several writes, or a keyed one) as [begin, batch, Sync]. Also the store's path for
+    // a keyed write with batch_max 1.
+    static net::awaitable<std::vector<write_mapping>>
+    run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items, detail::millis timeout,
+                 std::chrono::seconds idem_retention);
+
 private:
     using job_ptr = std::shared_ptr<job>;
     void submit_on_strand(job_ptr j);
@@ -75,13 +83,11 @@ private:
     bool may_start_batch() const;
     void arm_overlap_timer();
     net::awaitable<void> batch_runner();
-    static net::awaitable<std::vector<write_mapping>>
-    run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items, detail::millis timeout);
-
     std::shared_ptr<pool> pool_;
     std::shared_ptr<const round_trip> round_trip_;
     std::size_t queue_limit_;
     std::size_t max_runners_; // postgres.batch_concurrency
+    std::chrono::seconds idem_retention_;
     commit_stats sizes_;
     // All below: pool strand only.
     detail::batch_queue<job_ptr> queue_;

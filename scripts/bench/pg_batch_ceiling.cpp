@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
             items[i].body = body;
             items[i].content_type = content_type;
         }
-        const auto params = sql::write_batch_params(items);
+        const auto params = sql::write_batch_params(items, std::chrono::seconds(86'400));
         std::vector<const char*> values;
         std::vector<int> lengths, formats;
         for (const auto& p : params) {

@@ -187,7 +187,8 @@ TEST_CASE("write_batcher: a write is refused when no connection can come, and at
     boost::asio::io_context io;
     auto s = unreachable();
     parts p(io, s);
-    auto batcher = std::make_shared<pg::write_batcher>(p.pool, p.rt, s.postgres);
+    auto batcher =
+        std::make_shared<pg::write_batcher>(p.pool, p.rt, s.postgres, s.idempotency.retention);
     p.pool->start();
     std::vector<write_result> results;
     boost::asio::co_spawn(

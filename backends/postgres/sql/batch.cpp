@@ -4,10 +4,11 @@
 
 namespace fk::store::pg::sql {
 
-// Group commit. Why batches never deadlock, with each other or with the fence-only
-// statements (advance_sql, fk_fence_step), under READ COMMITTED:
+// Group commit. Why batches never deadlock, with each other, with the fence-only
+// statements (advance_sql, advance_idem_sql, fk_fence_step) or with the expiry sweep,
+// under READ COMMITTED:
 //
-// A batch takes its row locks in three phases, each in one global order:
+// A batch takes its row locks in four phases, each in one global order:
 //   K  write_batch_sql's k locks every existing key row FOR UPDATE, sorted by key (the
 //      LockRows node sits above the Sort, so rows are locked in that order). It waits
 //      only for committed rows: a key another transaction is creating is invisible to it;
@@ -16,14 +17,23 @@ namespace fk::store::pg::sql {
 //   N  its v inserts the rows of keys k found absent, sorted by key (its Sort reads all of
 //      u, hence all of f, before the first insert: F is over when N starts). An insert
 //      waits only for a transaction that is itself inserting that key;
-//   and w updates only rows the batch already holds: no waiting.
+//   I  its rec claims the Idempotency-Key records of its keyed rows, sorted by (scope,
+//      key) (its one-time filter reads all of w and v, and its Sort all of f, before the
+//      first claim: N is over when I starts). A claim waits only for a transaction that
+//      is inserting, renewing or deleting that record;
+//   and w updates only rows the batch already holds: no waiting. e reads records without
+//   locking them.
 // A transaction waiting in a phase waits only for one that is in the same or a later
 // phase, and within a phase, for one that holds a lock later in that phase's order. A
 // wait-for cycle would have to stay inside one phase and go strictly up the sorted order
-// all the way round: impossible. The fence-only statements take one fence row and
-// nothing else. The single-row statement (a lone write, batch_max 1) takes key row,
-// fence row, then (creating) the key's index entry: the same order, and it waits for
-// nothing once it holds the new key. Within one process it never meets a batch on one
+// all the way round: impossible. The fence-only statements take one fence row, and
+// advance_idem_sql then one record (F then I). The expiry sweep (idem_expire_sql) locks
+// records with SKIP LOCKED and so never waits at all. A keyed named operation takes its
+// fence row, whatever its own statement locks, then its one record as its last step:
+// it holds no record while it waits for anything else. The single-row statement (a lone
+// unkeyed write, batch_max 1) takes key row, fence row, then (creating) the key's index
+// entry: the same order, and it waits for nothing once it holds the new key (a lone
+// keyed write goes as a batch of one). Within one process it never meets a batch on one
 // key or lock anyway: a key and a lock are never in flight twice (detail/batch_queue.hpp).
 // (Mixed versions on one database: docs/postgres.md, on the claim statement.)
 //
@@ -34,6 +44,15 @@ namespace fk::store::pg::sql {
 // whole batch rolls back: fence advances included, nothing is written. Every write of the
 // batch is then re-run alone (map_batch), where the single-row statement decides the race
 // on the row that now exists. Neighbours are delayed, never failed.
+//
+// An Idempotency-Key race is handled the same way: e found no record for a keyed row (or
+// an expired one), the row applied, and rec's claim found a record that another
+// transaction committed meanwhile (or one it waited for). rec returns nothing for that
+// row, the final SELECT raises FKR01, the batch rolls back, and the re-run alone sees
+// the committed record in e and answers from it. So two writes under one (scope, key)
+// are never both applied, on one proxy or several: whichever commits its record second
+// rolls back. Two rows of one batch under one (scope, key) (which one proxy's in-flight
+// registry prevents) make ON CONFLICT fail with 21000, with the same effect.
 //
 // The batch statement's only sensible plan is index lookups for every row. Left to
 // itself, the plan cache goes wrong twice: a generic plan costed while the tables were
@@ -52,9 +71,19 @@ std::string write_batch_sql(std::string_view schema) {
     std::string s =
         "WITH i AS MATERIALIZED (\n"
         "  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[],\n"
-        "                       $6::bigint[], $7::boolean[], $8::boolean[], $9::boolean[])\n"
+        "                       $6::bigint[], $7::boolean[], $8::boolean[], $9::boolean[],\n"
+        "                       $10::text[], $11::text[], $12::bytea[])\n"
         "    WITH ORDINALITY AS t(key, lock, token, body, content_type, if_match,\n"
-        "                         if_match_any, if_none_match, is_delete, n)\n"
+        "                         if_match_any, if_none_match, is_delete, scope, ikey,\n"
+        "                         fingerprint, n)\n"
+        "), e AS MATERIALIZED (\n"
+        // The unexpired records of the keyed rows, in the statement's snapshot (no lock):
+        // such a row is answered from its record and applies nothing.
+        "  SELECT i.n, d.fingerprint = i.fingerprint AS same, d.created, d.version, d.token\n"
+        "  FROM i JOIN @S.idempotency d ON d.scope = i.scope AND d.key = i.ikey\n"
+        "  WHERE " +
+        idem_unexpired("$13::bigint") +
+        "\n"
         "), k AS MATERIALIZED (\n"
         "  SELECT r.key, r.lock, r.version, r.deleted FROM @S.resources r\n"
         "  WHERE r.key = ANY ($1::text[]) ORDER BY r.key COLLATE \"C\" FOR UPDATE\n"
@@ -63,10 +92,10 @@ std::string write_batch_sql(std::string_view schema) {
         "  SELECT i.n, i.key, i.lock, i.token, i.is_delete, i.if_match, i.if_match_any,\n"
         "         i.if_none_match, k.key IS NULL AS absent,\n"
         "         coalesce(NOT k.deleted, false) AS ex, k.lock AS row_lock,\n"
-        "         k.version AS row_version\n"
-        "  FROM i LEFT JOIN k ON k.key = i.key\n"
+        "         k.version AS row_version, e.n IS NOT NULL AS answered\n"
+        "  FROM i LEFT JOIN k ON k.key = i.key LEFT JOIN e ON e.n = i.n\n"
         "), c AS MATERIALIZED (\n"
-        "  SELECT x.n, x.key, x.lock, x.token, x.is_delete, x.absent, x.ex,\n"
+        "  SELECT x.n, x.key, x.lock, x.token, x.is_delete, x.absent, x.ex, x.answered,\n"
         "         x.ex AND x.row_lock <> x.lock AS mismatch,\n"
         "         CASE WHEN x.ex THEN x.row_lock END AS key_lock,\n"
         "         ((x.if_none_match AND x.ex) OR (x.if_match_any AND NOT x.ex)\n"
@@ -76,7 +105,7 @@ std::string write_batch_sql(std::string_view schema) {
         "), f AS (\n"
         "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
         "  SELECT c.lock, c.token, now() FROM c\n"
-        "  WHERE NOT c.mismatch AND NOT c.pre_failed\n"
+        "  WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered\n"
         "  ORDER BY c.lock COLLATE \"C\"\n"
         "  ";
     s += fence_upsert_tail;
@@ -108,25 +137,49 @@ std::string write_batch_sql(std::string_view schema) {
          "  ORDER BY u.key COLLATE \"C\"\n"
          "  ON CONFLICT (key) DO NOTHING\n"
          "  RETURNING r.key, r.version\n"
+         "), rec AS (\n"
+         // The records of the keyed rows that applied, in (scope, key) order, with the
+         // outcome their replies are rendered from. The one-time filter counts w and v
+         // first, so phase N is over before the first record is claimed (phase I).
+         "  INSERT INTO @S.idempotency AS d\n"
+         "    (scope, key, fingerprint, created, version, token, committed_at)\n"
+         "  SELECT i.scope, i.ikey, i.fingerprint, NOT c.is_delete AND NOT c.ex,\n"
+         "         coalesce(w.version, v.version, 0), f.token, now()\n"
+         "  FROM c JOIN f ON f.lock = c.lock JOIN i ON i.n = c.n\n"
+         "    LEFT JOIN w ON w.n = c.n LEFT JOIN v ON v.key = c.key\n"
+         "  WHERE i.ikey IS NOT NULL\n"
+         "    AND (SELECT count(*) FROM w) + (SELECT count(*) FROM v) >= 0\n"
+         "  ORDER BY i.scope COLLATE \"C\", i.ikey COLLATE \"C\"\n"
+         "  ";
+    s += idem_claim_tail("$13::bigint");
+    s += "  RETURNING d.scope, d.key\n"
          ")\n"
-         // Columns as in put_sql/delete_sql (map_write_row), plus n. A row whose fence
-         // moved but whose data was not written is a create race (see above): raise, so
-         // the whole batch rolls back rather than commit it, and its writes are re-run.
+         // Columns as in put_sql/delete_sql (map_write_row), plus n, plus the record that
+         // answered the row (rec_same NULL when none). A row whose fence moved but whose
+         // data or record was not written is a race (see above): raise, so the whole
+         // batch rolls back rather than commit it, and its writes are re-run.
          "SELECT c.n, c.mismatch, c.pre_failed, c.key_lock, f.token AS applied,\n"
          "       coalesce(w.version, v.version) AS version, NOT c.ex AS created,\n"
          // seen_fence only matters for a refused row (map_write_cells): not looked up
-         // for the accepted ones.
-         "       CASE WHEN f.token IS NULL\n"
+         // for the accepted or answered ones.
+         "       CASE WHEN f.token IS NULL AND NOT c.answered\n"
          "            THEN (SELECT fs.token FROM @S.fences fs WHERE fs.lock = c.lock) END\n"
          "         AS seen_fence,\n"
          "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex)\n"
          "                 AND w.n IS NULL AND v.key IS NULL\n"
          "            THEN @S.fk_raise('" +
          std::string(sqlstate_retry) +
-         "', 'a concurrent write created the key, retry') END\n"
-         "         AS unwritten\n"
-         "FROM c LEFT JOIN f ON f.lock = c.lock LEFT JOIN w ON w.n = c.n\n"
-         "  LEFT JOIN v ON v.key = c.key\n"
+         "', 'a concurrent write created the key, retry')\n"
+         "            WHEN f.token IS NOT NULL AND i.ikey IS NOT NULL AND rec.key IS NULL\n"
+         "            THEN @S.fk_raise('" +
+         std::string(sqlstate_retry) + "', '" + std::string(idem_raced_message) +
+         "') END\n"
+         "         AS unwritten,\n"
+         "       e.same AS rec_same, e.created AS rec_created, e.version AS rec_version,\n"
+         "       e.token AS rec_token\n"
+         "FROM c JOIN i ON i.n = c.n LEFT JOIN f ON f.lock = c.lock LEFT JOIN w ON w.n = c.n\n"
+         "  LEFT JOIN v ON v.key = c.key LEFT JOIN e ON e.n = c.n\n"
+         "  LEFT JOIN rec ON rec.scope = i.scope AND rec.key = i.ikey\n"
          "ORDER BY c.n";
     return with_schema(s, schema);
 }

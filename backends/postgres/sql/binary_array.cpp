@@ -9,7 +9,7 @@ array_builder::array_builder(unsigned elem_oid, std::size_t count) {
     };
     out_.reserve(20 + count * 12);
     be32(1);        // dimensions
-    be32(0);        // has nulls: never
+    be32(0);        // has nulls: set by add_null()
     be32(elem_oid); // element type
     be32(static_cast<std::uint32_t>(count));
     be32(1); // lower bound
@@ -33,6 +33,11 @@ void array_builder::add_int8(std::int64_t v) {
 void array_builder::add_bool(bool v) {
     const char b = v ? 1 : 0;
     add(std::string_view(&b, 1));
+}
+
+void array_builder::add_null() {
+    out_[7] = 1;                        // the header's has-nulls flag (bytes 4..7, big-endian)
+    out_.append("\xff\xff\xff\xff", 4); // length -1: NULL
 }
 
 std::string array_builder::finish() && {

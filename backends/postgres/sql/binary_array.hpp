@@ -1,6 +1,7 @@
 #pragma once
-// Binary array encoding for a batch's parameters (one dimension, lower bound 1, no NULLs;
-// bodies as raw bytes, no quoting). Pure; safe from any thread.
+// Binary array encoding for a batch's parameters (one dimension, lower bound 1; bodies as
+// raw bytes, no quoting; NULL elements only where add_null() is called: the idempotency
+// arrays of unkeyed rows). Pure; safe from any thread.
 
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@ public:
     void add(std::string_view bytes);
     void add_int8(std::int64_t v);
     void add_bool(bool v);
+    void add_null();
     std::string finish() &&;
 
 private:

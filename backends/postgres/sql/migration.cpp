@@ -72,6 +72,26 @@ std::string migration_script(std::string_view schema) {
          "    END $fk_fn$;\n"
          "    INSERT INTO @S.schema_version (version) VALUES (1);\n"
          "  END IF;\n"
+         // Version 2: Idempotency-Key records (docs/postgres.md, "Idempotency-Key
+         // records"). It only adds a table and an index, so proxies of version 1 that are
+         // running keep working while the others are upgraded; a version-1 binary that
+         // (re)starts afterwards stops at the FKV01 check above.
+         "  IF v < 2 THEN\n"
+         "    CREATE TABLE @S.idempotency (\n"
+         "      scope text COLLATE \"C\" NOT NULL,\n"
+         "      key text COLLATE \"C\" NOT NULL,\n"
+         "      fingerprint bytea NOT NULL,\n"
+         "      created boolean NOT NULL DEFAULT false,\n"
+         "      version bigint NOT NULL DEFAULT 0,\n"
+         "      token bigint NOT NULL,\n"
+         "      rows_affected bigint NOT NULL DEFAULT 0,\n"
+         "      rows text,\n"
+         "      committed_at timestamptz NOT NULL DEFAULT now(),\n"
+         "      PRIMARY KEY (scope, key)\n"
+         "    );\n"
+         "    CREATE INDEX idempotency_committed_at ON @S.idempotency (committed_at);\n"
+         "    INSERT INTO @S.schema_version (version) VALUES (2);\n"
+         "  END IF;\n"
          "END\n"
          "$fk_migrate$;\n";
     return with_schema(s, schema);

@@ -40,12 +40,22 @@ param_list single_write_params(const batch_item& item) {
     return out;
 }
 
-param_list write_batch_params(const std::vector<batch_item>& items) {
+param_list write_batch_params(const std::vector<batch_item>& items,
+                              std::chrono::seconds retention) {
     const std::size_t n = items.size();
     array_builder key(oid_text, n), lock(oid_text, n), token(oid_int8, n), body(oid_bytea, n),
         ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n), none(oid_bool, n),
-        del(oid_bool, n);
+        del(oid_bool, n), scope(oid_text, n), ikey(oid_text, n), fp(oid_bytea, n);
     for (const auto& it : items) {
+        if (it.idem) {
+            scope.add(it.idem->scope);
+            ikey.add(it.idem->key);
+            fp.add(it.idem->fingerprint);
+        } else {
+            scope.add_null();
+            ikey.add_null();
+            fp.add_null();
+        }
         key.add(it.key);
         lock.add(it.lock);
         token.add_int8(it.token);
@@ -57,10 +67,39 @@ param_list write_batch_params(const std::vector<batch_item>& items) {
         del.add_bool(it.is_delete);
     }
     param_list out;
-    out.reserve(9);
-    for (auto* b : {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del})
+    out.reserve(13);
+    for (auto* b :
+         {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del, &scope, &ikey, &fp})
         out.push_back(param::owned_bytes(std::move(*b).finish()));
+    out.push_back(param::of(std::to_string(retention.count())));
     return out;
+}
+
+param_list idem_get_params(const idempotency& idem, std::chrono::seconds retention) {
+    return {param::of(idem.scope), param::of(idem.key),
+            param::of(std::to_string(retention.count()))};
+}
+
+param_list advance_idem_params(std::string_view lock, token_t token, const idempotency& idem,
+                               std::chrono::seconds retention) {
+    return {param::of(std::string(lock)),   param::of(token_text(token)),
+            param::of(idem.scope),          param::of(idem.key),
+            param::bytes(idem.fingerprint), param::of(std::to_string(retention.count()))};
+}
+
+param_list op_record_params(const idempotency& idem, token_t token, std::int64_t rows_affected,
+                            const std::string& rows_json, std::chrono::seconds retention) {
+    return {param::of(idem.scope),
+            param::of(idem.key),
+            param::bytes(idem.fingerprint),
+            param::of(token_text(token)),
+            param::of(std::to_string(rows_affected)),
+            param::of(rows_json),
+            param::of(std::to_string(retention.count()))};
+}
+
+param_list idem_expire_params(std::chrono::seconds retention, std::size_t limit) {
+    return {param::of(std::to_string(retention.count())), param::of(std::to_string(limit))};
 }
 
 param_list put_params(const put_request& req) {

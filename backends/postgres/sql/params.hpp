@@ -6,6 +6,8 @@
 #include "backends/store.hpp"
 #include "fence/rule.hpp"
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,11 +58,23 @@ struct batch_item {
     std::string_view body;
     std::string_view content_type;
     fence::preconditions pre;
+    const idempotency* idem = nullptr; // the request's Idempotency-Key, if any
 };
-// Arrays in binary format (no quoting, bodies as raw bytes).
-param_list write_batch_params(const std::vector<batch_item>& items);
+// Arrays in binary format (no quoting, bodies as raw bytes); the idempotency arrays hold
+// NULL for unkeyed rows; `retention` is idempotency.retention.
+param_list write_batch_params(const std::vector<batch_item>& items, std::chrono::seconds retention);
 // A batch of one goes out as the single-row statement (put_sql / delete_sql), which costs
 // the database less for one row than the batch pipeline (docs/postgres.md).
+// Unkeyed only: a keyed lone write goes as a batch of one (write_batch_params).
 param_list single_write_params(const batch_item& item);
+
+// Idempotency-Key records (sql/statements.hpp). The fingerprint goes out as binary bytea
+// viewing `idem`, which must outlive the exchange.
+param_list idem_get_params(const idempotency& idem, std::chrono::seconds retention);
+param_list advance_idem_params(std::string_view lock, token_t token, const idempotency& idem,
+                               std::chrono::seconds retention);
+param_list op_record_params(const idempotency& idem, token_t token, std::int64_t rows_affected,
+                            const std::string& rows_json, std::chrono::seconds retention);
+param_list idem_expire_params(std::chrono::seconds retention, std::size_t limit);
 
 } // namespace fk::store::pg::sql

@@ -192,6 +192,76 @@ std::string op_fence_sql(std::string_view schema) {
     return with_schema("SELECT @S.fk_fence_step($1::text, $2::bigint)", schema);
 }
 
+std::string idem_get_sql(std::string_view schema) {
+    return with_schema("SELECT d.fingerprint, d.created, d.version, d.token, d.rows_affected, "
+                       "d.rows\n"
+                       "FROM @S.idempotency d WHERE d.scope = $1::text AND d.key = $2::text\n"
+                       "  AND " +
+                           idem_unexpired("$3::bigint"),
+                       schema);
+}
+
+std::string advance_idem_sql(std::string_view schema) {
+    // e reads the record in the statement's snapshot; f advances only without one; r
+    // claims the key with the fence step's outcome (the fence row, then the record: the
+    // lock order of sql/batch.cpp).
+    std::string s = "WITH e AS MATERIALIZED (\n"
+                    "  SELECT d.fingerprint = $5::bytea AS same, d.token FROM @S.idempotency d\n"
+                    "  WHERE d.scope = $3::text AND d.key = $4::text AND " +
+                    idem_unexpired("$6::bigint") +
+                    "\n"
+                    "), f AS (\n"
+                    "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
+                    "  SELECT $1::text, $2::bigint, now() WHERE NOT EXISTS (SELECT 1 FROM e)\n  ";
+    s += fence_upsert_tail;
+    s += "  RETURNING fe.token\n"
+         "), r AS (\n"
+         "  INSERT INTO @S.idempotency AS d (scope, key, fingerprint, token, committed_at)\n"
+         "  SELECT $3::text, $4::text, $5::bytea, f.token, now() FROM f\n  ";
+    s += idem_claim_tail("$6::bigint");
+    s += "  RETURNING d.token\n"
+         ")\n"
+         "SELECT (SELECT f.token FROM f) AS applied,\n"
+         "       (SELECT fs.token FROM @S.fences fs WHERE fs.lock = $1::text) AS seen_fence,\n"
+         "       CASE WHEN EXISTS (SELECT 1 FROM f) AND NOT EXISTS (SELECT 1 FROM r)\n"
+         "            THEN @S.fk_raise('" +
+         std::string(sqlstate_retry) + "', '" + std::string(idem_raced_message) +
+         "') END AS raced,\n"
+         "       (SELECT e.same FROM e) AS rec_same,\n"
+         "       (SELECT e.token FROM e) AS rec_token";
+    return with_schema(s, schema);
+}
+
+std::string op_record_sql(std::string_view schema) {
+    std::string s = "WITH r AS (\n"
+                    "  INSERT INTO @S.idempotency AS d\n"
+                    "    (scope, key, fingerprint, token, rows_affected, rows, committed_at)\n"
+                    "  VALUES ($1::text, $2::text, $3::bytea, $4::bigint, $5::bigint, $6::text, "
+                    "now())\n  ";
+    s += idem_claim_tail("$7::bigint");
+    s += "  RETURNING 1\n"
+         ")\n"
+         "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM r)\n"
+         "            THEN @S.fk_raise('" +
+         std::string(sqlstate_retry) + "', '" + std::string(idem_raced_message) + "') END AS raced";
+    return with_schema(s, schema);
+}
+
+std::string idem_expire_sql(std::string_view schema) {
+    // SKIP LOCKED: the sweep never waits for a row lock (a writer renewing an expired
+    // record holds it), so it takes no part in any lock order; the rows it locked are
+    // deleted by TID at once. The index on committed_at serves the ORDER BY ... LIMIT.
+    return with_schema("WITH x AS (\n"
+                       "  DELETE FROM @S.idempotency WHERE ctid = ANY (ARRAY(\n"
+                       "    SELECT d.ctid FROM @S.idempotency d\n"
+                       "    WHERE d.committed_at <= now() - $1::bigint * interval '1 second'\n"
+                       "    ORDER BY d.committed_at LIMIT $2::bigint FOR UPDATE SKIP LOCKED))\n"
+                       "  RETURNING 1\n"
+                       ")\n"
+                       "SELECT count(*) FROM x",
+                       schema);
+}
+
 std::vector<statement> prepared_statements(std::string_view schema) {
     return {
         {name::put, put_sql(schema), 8},
@@ -204,7 +274,13 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::list_open, list_sql(schema, false), 3},
         {name::op_fence, op_fence_sql(schema), 2},
         {name::batch_begin, batch_begin_sql(), 0},
-        {name::write_batch, write_batch_sql(schema), 9},
+        {name::write_batch, write_batch_sql(schema), 13},
+        {name::idem_get, idem_get_sql(schema), 3},
+        {name::advance_idem, advance_idem_sql(schema), 6},
+        {name::begin, "BEGIN", 0},
+        {name::commit, "COMMIT", 0},
+        {name::op_record, op_record_sql(schema), 7},
+        {name::idem_expire, idem_expire_sql(schema), 2},
     };
 }
 

@@ -17,10 +17,12 @@
 namespace fk::store::pg::sql {
 
 // The schema version this binary creates and understands (table schema_version).
-inline constexpr int schema_version = 1;
+inline constexpr int schema_version = 2;
 
 // SQLSTATEs raised by our own functions (class "FK" is unused by Postgres).
-inline constexpr std::string_view sqlstate_retry = "FKR01"; // a concurrent create raced us
+// FKR01: a concurrent create raced us, or a concurrent write committed a record under the
+// same Idempotency-Key first; nothing of the statement (or batch) was applied.
+inline constexpr std::string_view sqlstate_retry = "FKR01";
 inline constexpr std::string_view sqlstate_stale = "FKST1"; // operation fence step: stale
 
 // Prepared statement names (per connection).
@@ -36,6 +38,13 @@ inline constexpr const char* list_open = "fk_list_open";
 inline constexpr const char* op_fence = "fk_op_fence";
 inline constexpr const char* batch_begin = "fk_batch_begin";
 inline constexpr const char* write_batch = "fk_write_batch";
+// Idempotency-Key records (schema version 2).
+inline constexpr const char* idem_get = "fk_idem_get";
+inline constexpr const char* advance_idem = "fk_advance_idem";
+inline constexpr const char* begin = "fk_begin";
+inline constexpr const char* commit = "fk_commit";
+inline constexpr const char* op_record = "fk_op_record";
+inline constexpr const char* idem_expire = "fk_idem_expire";
 } // namespace name
 
 // "fk_op_<index>": user operations are named by their position in the sorted config map,
@@ -75,11 +84,35 @@ std::string op_fence_sql(std::string_view schema);
 // transaction: [batch_begin_sql, write_batch_sql, Sync].
 //   batch_begin_sql: index-only generic plans in this transaction (see sql/batch.cpp).
 //   write_batch_sql($1 key[], $2 lock[], $3 token[], $4 body[], $5 content_type[],
-//     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[]):
-//     per row, the same checks and fence step as put_sql/delete_sql, each row fenced on
-//     its own; updates the keys that have a row and inserts the others; one result row
-//     per input row, in input order (map_batch).
+//     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[],
+//     $10 idem_scope[], $11 idem_key[], $12 fingerprint[] (NULL for an unkeyed row),
+//     $13 retention_s): per row, the same checks and fence step as put_sql/delete_sql,
+//     each row fenced on its own; updates the keys that have a row and inserts the
+//     others; a keyed row with an unexpired record is answered from it and not applied,
+//     an applied keyed row gets its record; one result row per input row, in input
+//     order (map_batch). Also used for a lone keyed put or delete.
 std::string batch_begin_sql();
 std::string write_batch_sql(std::string_view schema);
+
+// Idempotency-Key records (table idempotency, schema version 2; docs/postgres.md). A
+// record is unexpired while committed_at > now() - retention; every statement takes the
+// retention in seconds as a parameter, so that it is the config's, not the schema's.
+//   idem_get_sql($1 scope, $2 key, $3 retention_s): the unexpired record, if any:
+//     fingerprint, created, version, token, rows_affected, rows. A plain read.
+//   advance_idem_sql($1 lock, $2 token, $3 scope, $4 key, $5 fingerprint,
+//     $6 retention_s): advance_sql's columns (applied, seen_fence), then raced, then the
+//     record found before applying (rec_same: NULL when none, else whether the
+//     fingerprint is the same; rec_token). With a record nothing is applied; else the
+//     fence step and the record commit together, and a record another transaction
+//     committed meanwhile raises FKR01 (re-run: it then answers).
+//   op_record_sql($1 scope, $2 key, $3 fingerprint, $4 token, $5 rows_affected,
+//     $6 rows, $7 retention_s): a named operation's record, inside its transaction
+//     (between the user's statement and COMMIT); FKR01 when an unexpired record exists.
+//   idem_expire_sql($1 retention_s, $2 limit): deletes up to `limit` expired records,
+//     oldest first, skipping rows another transaction holds; returns how many.
+std::string idem_get_sql(std::string_view schema);
+std::string advance_idem_sql(std::string_view schema);
+std::string op_record_sql(std::string_view schema);
+std::string idem_expire_sql(std::string_view schema);
 
 } // namespace fk::store::pg::sql
