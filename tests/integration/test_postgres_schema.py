@@ -1,7 +1,8 @@
 """The Postgres store's schema and statements, checked by what the database does with them
 rather than by their text: a schema name that needs quoting (a reserved word) is
 created once by two proxies starting together and reused on restart; a database holding
-a newer schema version is refused; a listing prefix ending in multi-byte UTF-8 bounds
+a newer schema version is refused; a schema-1 database (what 0.1 leaves) is migrated to
+version 2 with its data intact and keyed writes recorded; a listing prefix ending in multi-byte UTF-8 bounds
 the scan exactly (the prefix's UTF-8 successor); a delete tombstones the key, keeps its
 version and moves its fence.
 
@@ -52,8 +53,8 @@ def test_schema_name_needing_quotes_is_created_once_and_reused():
         r = p2.put("k", b"old", token=4, lock="L")
         expect_status(r, 409, "stale PUT through p2")
         eq(r.json()["current_token"], 5, "the fence p1 set")
-        eq(fk.psql("SELECT version FROM %s.schema_version" % quoted(name)).split(), ["1"],
-           "one schema_version row")
+        eq(fk.psql("SELECT version FROM %s.schema_version ORDER BY version"
+                   % quoted(name)).split(), ["1", "2"], "one schema_version row per version")
         eq(fk.psql("SELECT lock || '=' || token FROM %s.fences" % quoted(name)).split(),
            ["L=5"], "the fence row")
         # A restart migrates an existing schema: nothing is lost, nothing is duplicated.
@@ -61,8 +62,8 @@ def test_schema_name_needing_quotes_is_created_once_and_reused():
         r = p1.get("k")
         expect_status(r, 200, "GET after restart")
         eq(r.body, b"v1", "body after restart")
-        eq(fk.psql("SELECT count(*) FROM %s.schema_version" % quoted(name)).strip(), "1",
-           "still one schema_version row")
+        eq(fk.psql("SELECT count(*) FROM %s.schema_version" % quoted(name)).strip(), "2",
+           "still one schema_version row per version")
         p1.stop()
         p2.stop()
     finally:
@@ -84,6 +85,47 @@ def test_a_newer_schema_version_is_refused():
     eq(fk.psql("SELECT count(*) FROM %s.resources" % quoted(store.schema)).strip(), "0",
        "nothing written")
     p.stop()
+
+
+def test_upgrade_from_schema_1_keeps_the_data_and_records_keyed_writes():
+    name = "fk_upgrade_v1"
+    drop(name)
+    store = own_schema(name)
+    q = quoted(name)
+    try:
+        p = store.start()
+        p.wait_ready()
+        expect_status(p.put("k", b"v1", token=1, lock="L"), 201, "PUT before the downgrade")
+        p.stop()
+        # What 0.1 leaves behind: version 2 only added the idempotency table and its index.
+        fk.psql("DROP TABLE %s.idempotency; DELETE FROM %s.schema_version WHERE version = 2"
+                % (q, q))
+        eq(fk.psql("SELECT version FROM %s.schema_version" % q).split(), ["1"], "schema 1")
+        p = store.start()
+        p.wait_ready()
+        eq(fk.psql("SELECT version FROM %s.schema_version ORDER BY version" % q).split(),
+           ["1", "2"], "migrated to schema 2")
+        eq(sorted(fk.psql("SELECT indexname FROM pg_indexes WHERE schemaname = '%s' "
+                          "AND tablename = 'idempotency'" % name).split()),
+           ["idempotency_committed_at", "idempotency_pkey"], "the record table's indexes")
+        r = p.get("k")
+        expect_status(r, 200, "GET of the schema-1 data")
+        eq(r.body, b"v1", "schema-1 body")
+        key = {"Idempotency-Key": "upgrade-1"}
+        r = p.put("k", b"v2", token=2, lock="L", headers=key)
+        expect_status(r, 200, "keyed PUT after the upgrade")
+        eq(r.header("ETag"), '"2"', "version 2")
+        r = p.put("k", b"v2", token=2, lock="L", headers=key)
+        expect_status(r, 200, "keyed retry")
+        eq(r.header("Idempotent-Replayed"), "true", "the retry is a replay")
+        eq(r.header("ETag"), '"2"', "the recorded version")
+        eq(fk.psql("SELECT version FROM %s.resources WHERE key = 'k'" % q).strip(), "2",
+           "applied once")
+        eq(fk.psql("SELECT key || '|' || version || '|' || token FROM %s.idempotency" % q)
+           .split(), ["upgrade-1|2|2"], "the record")
+        p.stop()
+    finally:
+        drop(name)
 
 
 def test_listing_a_multibyte_prefix_returns_exactly_its_locks():
