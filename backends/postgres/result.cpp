@@ -13,6 +13,9 @@ namespace {
 
 using transport = exec_outcome::transport;
 
+constexpr const char* key_reused =
+    "this Idempotency-Key was used for a different request; nothing was applied";
+
 constexpr unsigned oid_bool = 16, oid_int8 = 20, oid_int2 = 21, oid_int4 = 23, oid_oid = 26,
                    oid_json = 114, oid_float4 = 700, oid_float8 = 701, oid_numeric = 1700,
                    oid_jsonb = 3802;
@@ -198,9 +201,7 @@ std::optional<write_mapping> map_answered(const result_table& t, std::size_t row
         return std::nullopt;
     write_mapping m;
     if (!bool_at(t, row, o)) {
-        m.result = failure<write_result>(
-            errc::idempotency_key_reused,
-            "this Idempotency-Key was used for a different request; nothing was applied");
+        m.result = failure<write_result>(errc::idempotency_key_reused, key_reused);
         return m;
     }
     m.result.replayed = true;
@@ -367,9 +368,7 @@ idem_lookup map_idem_get(const exec_outcome& o) {
 
 write_result replay_write(const idem_record& rec, std::string_view fingerprint, bool is_put) {
     if (rec.fingerprint != fingerprint)
-        return failure<write_result>(
-            errc::idempotency_key_reused,
-            "this Idempotency-Key was used for a different request; nothing was applied");
+        return failure<write_result>(errc::idempotency_key_reused, key_reused);
     write_result r;
     r.replayed = true;
     r.token = rec.token;
@@ -382,9 +381,7 @@ write_result replay_write(const idem_record& rec, std::string_view fingerprint, 
 
 operation_result replay_operation(const idem_record& rec, std::string_view fingerprint) {
     if (rec.fingerprint != fingerprint)
-        return failure<operation_result>(
-            errc::idempotency_key_reused,
-            "this Idempotency-Key was used for a different request; nothing was applied");
+        return failure<operation_result>(errc::idempotency_key_reused, key_reused);
     operation_result r;
     r.replayed = true;
     r.token = rec.token;
