@@ -55,13 +55,8 @@ public:
     ~postgres_store() override { stop(); }
 
     net::awaitable<write_result> put(put_request req) override {
-        // A keyed write is answered from its record first, even when the cache knows the
-        // token is stale now (the replay tells what happened then).
-        if (req.idem)
-            if (auto answer = co_await answer_from_record(*req.idem, true))
-                co_return std::move(*answer);
-        if (auto s = cached_stale(req.key, req.lock, req.token))
-            co_return *s;
+        if (auto s = co_await refused_from_cache(req.key, req.lock, req.token, req.idem, true))
+            co_return std::move(*s);
         const pg::sql::batch_item item{req.key,  req.lock,         req.token, false,
                                        req.body, req.content_type, req.pre,   idem_of(req.idem)};
         write_result r;
@@ -78,11 +73,8 @@ public:
     }
 
     net::awaitable<write_result> remove(delete_request req) override {
-        if (req.idem)
-            if (auto answer = co_await answer_from_record(*req.idem, false))
-                co_return std::move(*answer);
-        if (auto s = cached_stale(req.key, req.lock, req.token))
-            co_return *s;
+        if (auto s = co_await refused_from_cache(req.key, req.lock, req.token, req.idem, false))
+            co_return std::move(*s);
         const pg::sql::batch_item item{req.key, req.lock, req.token, true,
                                        {},      {},       req.pre,   idem_of(req.idem)};
         write_result r;
@@ -111,11 +103,14 @@ public:
     net::awaitable<write_result> advance_fence(fence_request req) override {
         const std::string lock = std::move(req.lock);
         const token_t token = req.token;
-        if (req.idem)
-            if (auto answer = co_await answer_from_record(*req.idem, false))
-                co_return std::move(*answer);
-        if (auto bound = cache_.stale_bound(lock, token))
+        // As for resource writes (refused_from_cache): advance_idem_sql looks for the
+        // record itself; a separate look-up only when the cache would refuse.
+        if (auto bound = cache_.stale_bound(lock, token)) {
+            if (req.idem)
+                if (auto answer = co_await answer_from_record(*req.idem, false))
+                    co_return std::move(*answer);
             co_return stale<write_result>(*bound);
+        }
         const auto params = req.idem
                                 ? pg::sql::advance_idem_params(lock, token, *req.idem, retention_)
                                 : pg::sql::advance_params(lock, token);
@@ -200,6 +195,24 @@ private:
             if (cache_.key_known_under(key, lock))
                 return stale<write_result>(*bound);
         return std::nullopt;
+    }
+
+    // The answer to a resource write without a database write, if there is one: the
+    // cache knows it is stale. A keyed write that the cache would refuse is answered from
+    // its record first, if it has one (the replay tells what happened then, even though
+    // the fence has moved on since). Every other keyed write goes to the batch, whose
+    // statement looks for the record itself, in the write's transaction: a separate
+    // look-up first would cost every keyed write a round trip (measured: keyed writes at
+    // about half the rate of unkeyed ones with it).
+    net::awaitable<std::optional<write_result>>
+    refused_from_cache(const std::string& key, const std::string& lock, token_t token,
+                       const std::optional<idempotency>& idem, bool is_put) {
+        auto s = cached_stale(key, lock, token);
+        if (!s || !idem)
+            co_return s;
+        if (auto answer = co_await answer_from_record(*idem, is_put))
+            co_return answer;
+        co_return s;
     }
 
     // One write as its own statement (batch_max 1, and fence advances), re-run when it
