@@ -517,7 +517,11 @@ nginx_side() {   # SCEN CLIENTS ROUND [LUA ARGS...]
 # --- I: Idempotency-Key ---------------------------------------------------------------
 idem_tsv="$results/idem.tsv"
 printf 'store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\tapplied\treplayed\n' >"$idem_tsv"
-replay_keys=512   # per wrk thread: more than one thread's connections at 128 clients
+# Keys per wrk thread. A key comes round again after that many of its thread's requests: a
+# request stalled that long (a few hundred ms at these rates) would still be in flight and
+# its key's next request would get 409 idempotency_in_progress (measured: 512 keys gave up
+# to 0.6% of 409s at 128 clients on a loaded machine).
+replay_keys=4096
 # writes_counts PORT -> "APPLIED REPLAYED" of fencekeeper_writes_total
 writes_counts() {
     curl -fsS "http://127.0.0.1:$1/metrics" | awk '
@@ -544,8 +548,8 @@ idem_side() {
     ((errs == 0)) || problem "I $st $mode c=$c round $r: $errs socket errors"
     # wrk stops counting with requests still in flight: the server may finish a few more.
     if [[ $mode == replay ]]; then
-        ((applied == 0 && replays >= req)) \
-            || problem "I $st replay c=$c round $r: $replays replays and $applied writes applied for $req answers (every one should be a replay)"
+        ((applied == 0 && replays + non2xx >= req)) \
+            || problem "I $st replay c=$c round $r: $replays replays and $applied writes applied for $req answers (every 2xx should be a replay)"
     else
         ((replays == 0 && applied >= req)) \
             || problem "I $st $mode c=$c round $r: $applied writes applied and $replays replays for $req answers"
@@ -562,9 +566,10 @@ idem_prime() {
 import concurrent.futures, http.client, sys
 port, tag, size, keys = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 body = b"x" * size
-def prime(tid):
+def prime(job):
+    tid, part = job
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    for i in range(keys):
+    for i in range(part, keys, 8):
         name = "%s-%d-%d" % (tag, tid, i)
         c.request("PUT", "/v1/resources/" + name, body=body,
                   headers={"Fencing-Lock": name, "Fencing-Token": "1", "Idempotency-Key": name,
@@ -573,9 +578,9 @@ def prime(tid):
         r.read()
         if r.status not in (200, 201):
             raise SystemExit("priming %s: %d %r" % (name, r.status, r.read()))
-    return keys
-with concurrent.futures.ThreadPoolExecutor(2) as ex:
-    print(sum(ex.map(prime, range(2))))
+    return len(range(part, keys, 8))
+with concurrent.futures.ThreadPoolExecutor(16) as ex:
+    print(sum(ex.map(prime, [(tid, part) for tid in range(2) for part in range(8)])))
 EOF
 }
 # idem_runs STORE PID PORT CLIENTS ROUND: without keys and with a key per write (the two in

@@ -840,7 +840,7 @@ synthetic results.
   rejected write (docs/operations.md, "Logs") to a file.
 - **I**: the P and F loads against the same two fencekeepers, once as above and once
   with `fk.lua`'s `putk` mode, which adds `Idempotency-Key: TAG-t-n` (a new key per
-  write); then `replay` mode: each wrk thread cycles over 512 requests of its own (key,
+  write); then `replay` mode: each wrk thread cycles over 4,096 requests of its own (key,
   lock and `Idempotency-Key` `TAG-t-i`, token 1, the same body), all applied once before
   the rounds, so every answer is a replay (`Idempotent-Replayed: true`) of the recorded
   `201`. Ratios: keyed ÷ without a key (target ≥ 0.85 at 32 clients), replays ÷ keyed
