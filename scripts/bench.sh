@@ -9,7 +9,7 @@
 #                                        to build-bench/bench-results-quick/ only
 #   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
-#            --only "P S"   measure only these scenarios (never writes docs/)
+#            --only "P S"   measure only these scenarios (never writes docs/; e.g. --only I)
 #            --stale-store file   S's fencekeepers use a file store instead of Postgres (the
 #                           stale-rejection rate of the file store; never writes docs/)
 #            --lat-rate R   open-loop latency at R req/s instead of 70% of peak (never writes docs/)
@@ -37,6 +37,9 @@
 #   F  PUT -> fencekeeper file store         vs scripts/bench/durable_write_baseline.cpp
 #   S  stale PUT (409) -> fencekeeper/pg     vs nginx `return 409`, same wrk script
 #   H  GET /healthz                          vs nginx `return 204`
+#   I  P's and F's PUTs with an Idempotency-Key on every write (a new key each) vs the same
+#      PUTs without one, on the same fencekeepers, one right after the other; and replays
+#      (the same keyed PUTs, already applied, sent again) vs those keyed writes
 # Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak (one
 # run per round, median and every round shown, with a 10 ms timeline of each run)
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
@@ -63,7 +66,7 @@ quick=0
 docs=auto
 stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
-only="P F S H"
+only="P F S H I"
 lat_rate=""
 warmup=""
 tick_us=1000
@@ -88,7 +91,7 @@ while (($#)); do
         --profile) profile=1 ;;
         --baseline-rev) baseline_rev="$2"; shift ;;
         --stale-store) stale_store="$2"; docs=0; shift ;;
-        -h|--help) sed -n "2,50p" "$0"; exit 0 ;;
+        -h|--help) sed -n "2,53p" "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -103,7 +106,7 @@ if ((quick)); then
 fi
 [[ -n $warmup ]] || warmup=$((quick ? 1 : 2))
 for scen in $only; do
-    [[ $scen == [PFSH] ]] || { echo "bench.sh: --only takes scenarios out of P F S H" >&2; exit 2; }
+    [[ $scen == [PFSHI] ]] || { echo "bench.sh: --only takes scenarios out of P F S H I" >&2; exit 2; }
 done
 want() { [[ " $only " == *" $1 "* ]]; }
 [[ $docs == auto ]] && docs=$((quick ? 0 : 1))
@@ -511,6 +514,89 @@ nginx_side() {   # SCEN CLIENTS ROUND [LUA ARGS...]
     baseline_side "$scen" "$c" "$r" nginx "$rps"
 }
 
+# --- I: Idempotency-Key ---------------------------------------------------------------
+idem_tsv="$results/idem.tsv"
+printf 'store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\tapplied\treplayed\n' >"$idem_tsv"
+# Keys per wrk thread. A key comes round again after that many of its thread's requests: a
+# request stalled that long (a few hundred ms at these rates) would still be in flight and
+# its key's next request would get 409 idempotency_in_progress (measured: 512 keys gave up
+# to 0.6% of 409s at 128 clients on a loaded machine).
+replay_keys=4096
+# writes_counts PORT -> "APPLIED REPLAYED" of fencekeeper_writes_total
+writes_counts() {
+    curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+        $1 == "fencekeeper_writes_total{result=\"applied\"}" { a = $2 }
+        $1 == "fencekeeper_writes_total{result=\"replayed\"}" { r = $2 }
+        END { printf "%d %d\n", a, r }'
+}
+# idem_side STORE(P|F) PID PORT CLIENTS ROUND MODE(plain|keyed|replay) LUA ARGS...: one wrk
+# run, recorded in idem.tsv with fencekeeper's CPU and how many writes it applied and
+# replayed meanwhile (from /metrics), which must be what MODE sends.
+idem_side() {
+    local st=$1 pid=$2 port=$3 c=$4 r=$5 mode=$6; shift 6
+    local t0 t1 w0 w1 rps req non2xx errs a0 r0 a1 r1 applied replays cpu
+    w0="$(writes_counts "$port")"
+    t0="$(cpu_ticks "$pid")"
+    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port/" "$c" "$@")
+    t1="$(cpu_ticks "$pid")"
+    w1="$(writes_counts "$port")"
+    read -r a0 r0 <<<"$w0"
+    read -r a1 r1 <<<"$w1"
+    applied=$((a1 - a0)) replays=$((r1 - r0))
+    cpu="$(us_per "$t0" "$t1" "$req")"
+    ((non2xx == 0)) || problem "I $st $mode c=$c round $r: $non2xx of $req answers were not 2xx"
+    ((errs == 0)) || problem "I $st $mode c=$c round $r: $errs socket errors"
+    # wrk stops counting with requests still in flight: the server may finish a few more.
+    if [[ $mode == replay ]]; then
+        ((applied == 0 && replays + non2xx >= req)) \
+            || problem "I $st replay c=$c round $r: $replays replays and $applied writes applied for $req answers (every 2xx should be a replay)"
+    else
+        ((replays == 0 && applied >= req)) \
+            || problem "I $st $mode c=$c round $r: $applied writes applied and $replays replays for $req answers"
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$st" "$c" "$r" "$mode" "$rps" "$cpu" \
+        "$req" "$non2xx" "$applied" "$replays" >>"$idem_tsv"
+    printf '   I %s c=%-3s round %s  %-11s %10.1f/s  (%s CPU-us/req)\n' "$st" "$c" "$r" "$mode" \
+        "$rps" "$cpu" >&2
+}
+# idem_prime PORT TAG: applies every request that fk.lua's replay mode sends with TAG (both
+# wrk threads' keys), so that the replay runs measure replays only.
+idem_prime() {
+    python3 - "$1" "$2" "$body_bytes" "$replay_keys" <<'EOF' || { echo "bench.sh: priming replays failed" >&2; exit 1; }
+import concurrent.futures, http.client, sys
+port, tag, size, keys = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+body = b"x" * size
+def prime(job):
+    tid, part = job
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for i in range(part, keys, 8):
+        name = "%s-%d-%d" % (tag, tid, i)
+        c.request("PUT", "/v1/resources/" + name, body=body,
+                  headers={"Fencing-Lock": name, "Fencing-Token": "1", "Idempotency-Key": name,
+                           "Content-Type": "application/octet-stream"})
+        r = c.getresponse()
+        r.read()
+        if r.status not in (200, 201):
+            raise SystemExit("priming %s: %d %r" % (name, r.status, r.read()))
+    return len(range(part, keys, 8))
+with concurrent.futures.ThreadPoolExecutor(16) as ex:
+    print(sum(ex.map(prime, [(tid, part) for tid in range(2) for part in range(8)])))
+EOF
+}
+# idem_runs STORE PID PORT CLIENTS ROUND: without keys and with a key per write (the two in
+# alternating order by round), then replays.
+idem_runs() {
+    local st=$1 pid=$2 port=$3 c=$4 r=$5 lc=${1,,}
+    if ((r % 2)); then
+        idem_side "$st" "$pid" "$port" "$c" "$r" plain put "i${lc}p$c-r$r" "$body_bytes"
+        idem_side "$st" "$pid" "$port" "$c" "$r" keyed putk "i${lc}k$c-r$r" "$body_bytes"
+    else
+        idem_side "$st" "$pid" "$port" "$c" "$r" keyed putk "i${lc}k$c-r$r" "$body_bytes"
+        idem_side "$st" "$pid" "$port" "$c" "$r" plain put "i${lc}p$c-r$r" "$body_bytes"
+    fi
+    idem_side "$st" "$pid" "$port" "$c" "$r" replay replay "i${lc}r" "$body_bytes" "$replay_keys"
+}
+
 # --- S: prime the fences ------------------------------------------------------------
 # Every stale key/lock gets one accepted write with a high token, so that the stale run's
 # token 1 is below the fence and the key is known to belong to its lock.
@@ -546,6 +632,11 @@ if [[ -n $fk_prev ]]; then
     want H && run_wrk "http://127.0.0.1:$fk_port_health_prev/healthz" 32 >/dev/null
 fi
 duration=$saved_duration
+if want I; then
+    log "I: priming $((2 * replay_keys)) keyed writes per store for the replay runs"
+    idem_prime "$fk_port_pg" ipr >/dev/null
+    idem_prime "$fk_port_file" ifr >/dev/null
+fi
 
 # --- the rounds ------------------------------------------------------------------------
 # prev_side SCEN CLIENTS ROUND NEW|PREV ARGS...: with --baseline-rev, runs fk_side ARGS for
@@ -565,7 +656,7 @@ prev_side() {
     fk_side_name=previous fk_side "$scen" "$pid" "$port" "$c" "$r" "$@"
 }
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
-log "measuring: $rounds round(s) x clients {$clients} x P F S H, ${duration}s per side"
+log "measuring: $rounds round(s) x clients {$clients} x $only, ${duration}s per side"
 for r in $(seq "$rounds"); do
     log "round $r of $rounds"
     want P && for c in $clients; do
@@ -588,6 +679,10 @@ for r in $(seq "$rounds"); do
         fk_side S "$fk_pid_stale" "$fk_port_stale" "$c" "$r" 409 cycle s "$body_bytes" "$stale_keys" 1
         prev_side S "$c" "$r" NEW 409 cycle s "$body_bytes" "$stale_keys" 1
         nginx_side S "$c" "$r" cycle s "$body_bytes" "$stale_keys" 1
+    done
+    want I && for c in $clients; do
+        idem_runs P "$fk_pid_pg" "$fk_port_pg" "$c" "$r"
+        idem_runs F "$fk_pid_file" "$fk_port_file" "$c" "$r"
     done
     want H && for c in $clients; do
         prev_side H "$c" "$r" PREV 2xx
@@ -699,6 +794,7 @@ EOF
 
 lat_conns=128
 for scen in $only; do
+    [[ $scen == I ]] && continue   # I has throughput rows only
     case $scen in
         P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put) ;;
         F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put) ;;

@@ -5,6 +5,15 @@
 --                                                       PUT TAG-i under lock TAG-i,
 --                                                       i cycling over KEYS, fixed TOKEN
 --                                                       (primed higher: all stale -> 409)
+--   wrk ... -s fk.lua URL -- putk  TAG BODY_BYTES        as put, with Idempotency-Key:
+--                                                       TAG-<thread>-<n> (a new key each)
+--   wrk ... -s fk.lua URL -- replay TAG BODY_BYTES KEYS  PUT TAG-<thread>-i under lock
+--                                                       TAG-<thread>-i with token 1 and
+--                                                       Idempotency-Key TAG-<thread>-i,
+--                                                       i cycling over KEYS: the same
+--                                                       request again and again; once
+--                                                       primed (bench.sh does), every
+--                                                       answer is a replay
 -- Every lock and key name is unique per request in put mode: TAG-<thread>-<n>.
 -- No response() callback: it would make wrk parse every body; wrk's "Non-2xx or 3xx
 -- responses" line is what bench.sh checks instead.
@@ -27,14 +36,26 @@ function init(args)
    token = args[5] or "1"
    -- Threads interleave over the key space in cycle mode.
    n = tid
+   -- In replay mode each thread has keys of its own: two threads never send one key at
+   -- once (the second would get 409 idempotency_in_progress, not a replay).
+   if mode == "replay" then n = 0 end
 end
 
 function request()
    local name, tok
-   if mode == "put" then
+   hdrs["Idempotency-Key"] = nil
+   if mode == "put" or mode == "putk" then
       n = n + 1
       name = tag .. "-" .. tid .. "-" .. n
       tok = tostring(n)
+      if mode == "putk" then
+         hdrs["Idempotency-Key"] = name
+      end
+   elseif mode == "replay" then
+      n = n + 1
+      name = tag .. "-" .. tid .. "-" .. (n % keys)
+      tok = "1"
+      hdrs["Idempotency-Key"] = name
    else
       n = n + 1
       name = tag .. "-" .. (n % keys)

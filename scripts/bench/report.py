@@ -246,6 +246,86 @@ floor of a comparison on this machine at this moment.
 {previous_table}
 """ if previous_table else ""
 
+# --- I: Idempotency-Key (idem.tsv) ------------------------------------------------------
+# Per store (P's and F's fencekeepers) and client count, in each round: writes/s without a
+# key ("plain"), with a new key on every write ("keyed"), and replays of keyed writes
+# already applied ("replay"). Ratios per round, median and range over the rounds.
+IDEM_KEYED_TARGET = 0.85   # keyed ÷ plain at 32 clients
+IDEM_REPLAY_TARGET = 1.0   # replays ÷ keyed writes at 32 clients: replays faster
+IDEM_WHAT = {"P": "PUT → Postgres", "F": "PUT → file store"}
+idem_rows = tsv("idem.tsv")
+idem_text = ""
+if idem_rows:
+    idem = {}  # (store, clients) -> round -> mode -> (rate, cpu)
+    for r in idem_rows:
+        idem.setdefault((r["store"], int(r["clients"])), {}).setdefault(r["round"], {})[r["mode"]] = (
+            float(r["rate"] or 0), float(r["cpu_us_per_req"]) if r["cpu_us_per_req"] else None)
+
+    def idem_ratio(rounds, num, den):
+        v = [m[num][0] / m[den][0] for m in rounds.values()
+             if num in m and den in m and m[den][0] > 0]
+        return (statistics.median(v), min(v), max(v)) if v else None
+
+    def idem_cell(x):
+        return (f"**{x[0]:.2f}**", f"{x[1]:.2f}–{x[2]:.2f}") if x else ("—", "—")
+
+    lines = []
+    out = lines.append
+    out("| id | what | clients | without a key | with a key per write | keyed ÷ without (median) "
+        "| range | target | | replays | replays ÷ keyed writes (median) | range | target | "
+        "| fencekeeper CPU-µs/req: without / keyed / replay |")
+    out("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|")
+    for (st, c) in sorted(idem, key=lambda k: ("PF".find(k[0]), k[1])):
+        rounds = idem[(st, c)]
+
+        def med(mode, i=0):
+            v = [m[mode][i] for m in rounds.values() if mode in m and m[mode][i] is not None]
+            return statistics.median(v) if v else None
+
+        keyed = idem_ratio(rounds, "keyed", "plain")
+        replay = idem_ratio(rounds, "replay", "keyed")
+        row_verdicts = []
+        for name, x, tgt, op in (
+                (f"I {st}: writes with a key ÷ without at {c} clients ≥ {IDEM_KEYED_TARGET}",
+                 keyed, IDEM_KEYED_TARGET, "≥"),
+                (f"I {st}: replays ÷ writes with a key at {c} clients > {IDEM_REPLAY_TARGET:g}",
+                 replay, IDEM_REPLAY_TARGET, ">")):
+            if c != 32:
+                row_verdicts.append(("—", ""))
+                continue
+            if x is None:
+                row_verdicts.append((f"{op} {tgt:g}", "n/a"))
+                verdicts.append((name, "not measured", None))
+                continue
+            ok = x[0] >= tgt if op == "≥" else x[0] > tgt
+            row_verdicts.append((f"{op} {tgt:g}", "**PASS**" if ok else "**MISS**"))
+            verdicts.append((name, f"{x[0]:.2f}", ok))
+        (kt, kv), (rt, rv) = row_verdicts
+        cpus = " / ".join(f"{med(m, 1):.1f}" if med(m, 1) is not None else "—"
+                          for m in ("plain", "keyed", "replay"))
+        rate = lambda m: f"{fmt_rate(med(m))} writes/s" if med(m) is not None else "—"
+        out(f"| {st} | {IDEM_WHAT[st]} | {c} | {rate('plain')} | {rate('keyed')} | "
+            f"{idem_cell(keyed)[0]} | {idem_cell(keyed)[1]} | {kt} | {kv} | "
+            f"{fmt_rate(med('replay')) + ' replays/s' if med('replay') is not None else '—'} | "
+            f"{idem_cell(replay)[0]} | {idem_cell(replay)[1]} | {rt} | {rv} | {cpus} |")
+    idem_text = f"""
+## Idempotency-Key: writes with a key, and replays
+
+Scenario I: P's and F's fencekeepers (the same processes as above) get, in every round and
+at every client count, the P/F load without a key and the same load with an
+`Idempotency-Key` on every write (a new key each: every write is applied and its outcome
+recorded in the same commit), right after each other in alternating order; then replays:
+`PUT`s whose key and request were already applied (primed before the rounds), so each is
+answered from its record without applying anything. "Keyed ÷ without" is the cost of
+recording the outcome; "replays ÷ keyed writes" says how much cheaper an answered retry
+is than a write. Medians over rounds of the per-round ratios. `/metrics`
+(`fencekeeper_writes_total`) is read around every run to check that the keyed runs applied
+every write and the replay runs replayed every request (otherwise listed under the
+problems below).
+
+{chr(10).join(lines)}
+"""
+
 
 def median_of(vals):
     vals = [v for v in vals if v is not None]
@@ -621,7 +701,7 @@ so it also holds that server's background work (WAL writer, checkpointer, autova
 {ceiling_text}
 {previous_text}
 ![throughput vs client connections](bench-throughput.png)
-
+{idem_text}
 ## Latency at 70% of peak (open loop), peak RSS
 
 {latency_table}
@@ -758,6 +838,13 @@ synthetic results.
   same requests and answers `return 409` with a JSON body of similar size, access log off.
   fencekeeper runs at its default log level, so it also writes its one JSON log line per
   rejected write (docs/operations.md, "Logs") to a file.
+- **I**: the P and F loads against the same two fencekeepers, once as above and once
+  with `fk.lua`'s `putk` mode, which adds `Idempotency-Key: TAG-t-n` (a new key per
+  write); then `replay` mode: each wrk thread cycles over 4,096 requests of its own (key,
+  lock and `Idempotency-Key` `TAG-t-i`, token 1, the same body), all applied once before
+  the rounds, so every answer is a replay (`Idempotent-Replayed: true`) of the recorded
+  `201`. Ratios: keyed ÷ without a key (target ≥ 0.85 at 32 clients), replays ÷ keyed
+  writes (target > 1 at 32 clients: a replay is cheaper than a write).
 - **H**: `wrk` `GET /healthz` against fencekeeper and against nginx `return 204` with
   `worker_processes {meta.get('threads')}` (= fencekeeper's threads), access log off,
   unlimited keep-alive requests.
@@ -781,6 +868,8 @@ if previous_table:
     print(previous_table)
     print()
 print(db_table)
+if idem_text:
+    print(idem_text)
 if ceiling_text:
     print(ceiling_text)
 print()

@@ -30,8 +30,9 @@ NORMAL = {
 NORMAL_CEILING = {32: (20076, 16), 128: (40666, 60)}
 
 
-def write_results(d, rows, ceiling=()):
-    """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate)."""
+def write_results(d, rows, ceiling=(), idem=()):
+    """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate);
+    idem: (store, clients, round, mode, rate)."""
     with open(os.path.join(d, "results.tsv"), "w") as f:
         f.write("scenario\tclients\tround\tside\trate\tcpu_us_per_req\tdb_cpu_us_per_req\n")
         for scen, c, rnd, side, rate in rows:
@@ -40,6 +41,11 @@ def write_results(d, rows, ceiling=()):
         f.write("clients\tround\tfk_batch_mean\tbatch\trate\tdb_cpu_us_per_write\n")
         for c, rnd, batch, rate in ceiling:
             f.write("%d\t%d\t%.2f\t%d\t%.1f\t20.0\n" % (c, rnd, batch, batch, rate))
+    if idem:
+        with open(os.path.join(d, "idem.tsv"), "w") as f:
+            f.write("store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\tapplied\treplayed\n")
+            for st, c, rnd, mode, rate in idem:
+                f.write("%s\t%d\t%d\t%s\t%.1f\t12.0\t1000\t0\t1000\t0\n" % (st, c, rnd, mode, rate))
     with open(os.path.join(d, "meta.tsv"), "w") as f:
         f.write("command\tbash scripts/bench.sh --quick\nrounds\t1\nduration\t3\n")
 
@@ -61,10 +67,10 @@ def replace(rows, scen, c, rnd, side, rate):
 
 
 class Report:
-    def __init__(self, rows, ceiling=()):
+    def __init__(self, rows, ceiling=(), idem=()):
         d = tempfile.mkdtemp(prefix="fk-report-test-")
         try:
-            write_results(d, rows, ceiling)
+            write_results(d, rows, ceiling, idem)
             p = subprocess.run([sys.executable, REPORT, d, "0"], capture_output=True,
                                text=True, timeout=120)
             if p.returncode != 0:
@@ -178,6 +184,33 @@ class VerdictTest(unittest.TestCase):
         measured, verdict = Report(rows).verdicts()["S ratio at 32 clients ≥ 0.5"]
         self.assertEqual(verdict, "**INVALID: baseline collapsed**")
         self.assertIn("no requests completed", measured)
+
+    def test_idempotency_rows_and_their_verdicts(self):
+        # Three rounds; P at 32: keyed ÷ plain 0.90, 0.80, 0.88 (median 0.88, PASS), replays
+        # ÷ keyed 2.0 in each round; F at 32: keyed ÷ plain 0.5 (MISS), replays slower (MISS).
+        idem = []
+        for rnd, (plain, keyed) in enumerate(((10000, 9000), (10000, 8000), (10000, 8800)), 1):
+            idem += [("P", 32, rnd, "plain", plain), ("P", 32, rnd, "keyed", keyed),
+                     ("P", 32, rnd, "replay", 2 * keyed)]
+            idem += [("F", 32, rnd, "plain", 8000), ("F", 32, rnd, "keyed", 4000),
+                     ("F", 32, rnd, "replay", 3000)]
+            idem += [("P", 8, rnd, "plain", 5000), ("P", 8, rnd, "keyed", 4000),
+                     ("P", 8, rnd, "replay", 9000)]
+        r = Report(normal_rows(scens="H"), idem=idem)
+        v = r.verdicts()
+        self.assertEqual(v["I P: writes with a key ÷ without at 32 clients ≥ 0.85"], ("0.88", "**PASS**"))
+        self.assertEqual(v["I P: replays ÷ writes with a key at 32 clients > 1"], ("2.00", "**PASS**"))
+        self.assertEqual(v["I F: writes with a key ÷ without at 32 clients ≥ 0.85"], ("0.50", "**MISS**"))
+        self.assertEqual(v["I F: replays ÷ writes with a key at 32 clients > 1"], ("0.75", "**MISS**"))
+        self.assertFalse([t for t in v if t.startswith("I ") and "at 8 clients" in t])
+        rows = [line for line in r.section("Idempotency-Key: writes with a key, and replays").splitlines()
+                if line.startswith("| P | PUT → Postgres | 32 |")]
+        self.assertEqual(len(rows), 1)
+        cells = [x.strip() for x in rows[0].strip().strip("|").split("|")]
+        self.assertEqual(cells[3:7], ["10,000 writes/s", "8,800 writes/s", "**0.88**", "0.80–0.90"])
+        self.assertEqual(cells[9:12], ["17,600 replays/s", "**2.00**", "2.00–2.00"])
+        # Without idem.tsv there is no such section.
+        self.assertNotIn("Idempotency-Key: writes", Report(normal_rows(scens="H")).md)
 
 
 if __name__ == "__main__":

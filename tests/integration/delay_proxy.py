@@ -3,6 +3,10 @@ directions: a database "on another host" for tests and measurements (this machin
 netem). Threads, not asyncio: a thread's sleep is precise to well under a millisecond,
 and the event loop's timers round up to whole milliseconds. cut() makes it drop
 everything from then on, both ways, with the connections left open: a partition.
+hold_replies() then sever() lose one exchange's answer: what the server sends is kept
+back from the moment of hold_replies(), and sever() closes every connection open then,
+the answers kept back with them; connections made later are served as usual (a
+connection lost after the server committed and before the client heard of it).
 
 As a module: with DelayProxy("127.0.0.1", 5432, 0.005) as p: ... connect to p.port.
 From the shell: python3 tests/integration/delay_proxy.py LISTEN_PORT TARGET_PORT ONE_WAY_MS
@@ -25,6 +29,9 @@ class DelayProxy:
         self._lock = threading.Lock()
         self._closed = False
         self._cut = threading.Event()
+        self._hold = threading.Event()
+        self._hold_for = None
+        self._conns = []   # [(client, server, severed Event)] of the open connections
 
     def start(self):
         threading.Thread(target=self._accept, daemon=True).start()
@@ -48,6 +55,35 @@ class DelayProxy:
         a stream; the connections stay open. To either side the other just went quiet."""
         self._cut.set()
 
+    def hold_replies(self, seconds=None):
+        """From now on, what the server side sends is kept back, on every connection; what
+        clients send still goes through. seconds=None: until sever(); else each chunk is
+        handed on that long after it came (an exchange of several round trips still
+        proceeds, slowly), until sever()."""
+        self._hold_for = seconds
+        self._hold.set()
+
+    def sever(self):
+        """Closes every connection open now, both of its sockets, dropping what
+        hold_replies() kept back: to the client the connection broke before the answer
+        came. Connections made after this are served as usual. Returns how many were
+        closed."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+            for client, server, severed in conns:
+                severed.set()
+                for s in (client, server):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    try:
+                        s.close()
+                    except OSError:
+                        pass
+            self._hold.clear()
+        return len(conns)
+
     def __enter__(self):
         return self.start()
 
@@ -68,13 +104,16 @@ class DelayProxy:
                 continue
             for s in (client, server):
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            severed = threading.Event()
             with self._lock:
                 self._sockets += [client, server]
-            self._pump(client, server)
-            self._pump(server, client)
+                self._conns.append((client, server, severed))
+            self._pump(client, server, severed, replies=False)
+            self._pump(server, client, severed, replies=True)
 
-    def _pump(self, src, dst):
-        """src → dst, each chunk delivered `delay` after it was read, in order."""
+    def _pump(self, src, dst, severed, replies):
+        """src → dst, each chunk delivered `delay` after it was read, in order. replies:
+        this is the server → client direction, which hold_replies() holds back."""
         queue = collections.deque()
         ready = threading.Condition()
 
@@ -103,7 +142,11 @@ class DelayProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-                if self._cut.is_set():
+                while replies and self._hold.is_set() and not severed.is_set():
+                    if self._hold_for is not None and time.monotonic() >= due + self._hold_for:
+                        break
+                    time.sleep(0.002)
+                if self._cut.is_set() or severed.is_set():
                     return
                 try:
                     if not data:
