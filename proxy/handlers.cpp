@@ -248,7 +248,14 @@ response store_failure(const call& c, errc e, const std::string& message) {
         logging::write(logging::level::error, "store error", f);
     }
     // A store's internal detail is for the log, not for clients.
-    return make_error_response(e, e == errc::internal ? std::string{} : message);
+    if (e == errc::internal)
+        return make_error_response(e, std::string{});
+    // Whatever a store says about a 504, the client must learn how to resolve it.
+    if (e == errc::outcome_unknown && !message.empty() &&
+        message.find("Idempotency-Key") == std::string::npos)
+        return make_error_response(e, message + "; retry it with the same Idempotency-Key to learn "
+                                                "whether it was, without applying it twice");
+    return make_error_response(e, message);
 }
 
 response write_failure(const call& c, const store::write_result& r,

@@ -66,9 +66,11 @@ template <class R> std::optional<R> transport_failure(const exec_outcome& o, boo
         return failure<R>(errc::outcome_unknown,
                           o.t == transport::timeout_after_send
                               ? "database did not answer in time after the write was sent; "
-                                "it may or may not have been applied"
+                                "it may or may not have been applied: retry it with the same "
+                                "Idempotency-Key to learn which, without applying it twice"
                               : "database connection lost after the write was sent; it may "
-                                "or may not have been applied");
+                                "or may not have been applied: retry it with the same "
+                                "Idempotency-Key to learn which, without applying it twice");
     }
     return std::nullopt;
 }
