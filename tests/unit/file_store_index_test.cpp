@@ -6,6 +6,7 @@
 #include "file_store_test_util.hpp"
 
 #include <doctest/doctest.h>
+#include <sqlite3.h>
 
 #include <cerrno>
 #include <fcntl.h>
@@ -207,6 +208,160 @@ TEST_CASE("index: build_index writes a complete file that the writer opens as cl
     fence_row f;
     REQUIRE(w.get_fence("L", f) == index_row);
     CHECK(f.token == 9);
+}
+
+namespace {
+
+// Format 1 exactly as fencekeeper wrote it before the idempotency table (the schema of
+// 0.2's first SQLite index), with a fence and a key in it.
+void write_format_1(const std::string& path) {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    const char* sql = R"sql(
+PRAGMA journal_mode=WAL;
+BEGIN;
+CREATE TABLE fences (lock TEXT PRIMARY KEY, token INTEGER NOT NULL,
+                     updated_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE keys (key TEXT PRIMARY KEY, version INTEGER NOT NULL, lock TEXT, token INTEGER,
+                   ms INTEGER, size INTEGER, crc INTEGER, content_type TEXT) WITHOUT ROWID;
+CREATE TABLE redo (seq INTEGER PRIMARY KEY, key TEXT NOT NULL, version INTEGER NOT NULL,
+                   is_delete INTEGER NOT NULL, tmp TEXT, body BLOB);
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+INSERT INTO fences VALUES ('L', 9, 123);
+INSERT INTO keys VALUES ('k', 2, 'L', 9, 123, 5, 3735928559, 'text/plain');
+INSERT INTO meta VALUES ('clean', '1');
+PRAGMA user_version = 1;
+COMMIT;
+)sql";
+    char* msg = nullptr;
+    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
+    const std::string text = msg ? msg : "";
+    sqlite3_free(msg);
+    sqlite3_close(db);
+    REQUIRE_MESSAGE(rc == SQLITE_OK, text);
+}
+
+std::string scalar(const std::string& path, const std::string& sql) {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+    sqlite3_stmt* s = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK);
+    std::string out;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+        out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return out;
+}
+
+idem_row record(char fingerprint, std::int64_t committed_ms) {
+    idem_row r;
+    r.fingerprint = std::string(32, fingerprint);
+    r.created = true;
+    r.version = 3;
+    r.token = 7;
+    r.committed_ms = committed_ms;
+    return r;
+}
+
+} // namespace
+
+TEST_CASE("index: a format-1 index is upgraded to format 2 in place, its rows kept") {
+    static_assert(index_format == 2);
+    temp_dir d;
+    write_format_1(path_in(d));
+    {
+        index_writer w;
+        const auto r = w.open(path_in(d), 1024);
+        REQUIRE(r.rc == index_ok);
+        CHECK(r.found_format == 1);
+        CHECK_FALSE(r.newer);
+        CHECK(r.clean);
+        fence_row f;
+        REQUIRE(w.get_fence("L", f) == index_row);
+        CHECK(f.token == 9);
+        key_row k;
+        REQUIRE(w.get_key("k", k) == index_row);
+        CHECK(k.version == 2);
+        CHECK(k.crc == 0xDEADBEEF);
+        // The new table works.
+        REQUIRE(w.begin() == index_ok);
+        REQUIRE(w.put_idem("", "retry-1", record('a', 1000)) == index_ok);
+        REQUIRE(w.commit() == index_ok);
+    }
+    CHECK(scalar(path_in(d), "PRAGMA user_version") == "2");
+    CHECK(scalar(path_in(d), "SELECT count(*) FROM sqlite_master WHERE name IN "
+                             "('idempotency', 'idempotency_expiry')") == "2");
+    index_writer w;
+    const auto again = w.open(path_in(d), 1024);
+    REQUIRE(again.rc == index_ok);
+    CHECK(again.found_format == 2);
+    idem_row got;
+    CHECK(w.get_idem("", "retry-1", 0, got) == index_row);
+}
+
+TEST_CASE("index: build_index (the 0.1 import) writes format 2 directly") {
+    temp_dir d;
+    std::string error;
+    REQUIRE(build_index(path_in(d), {{"L", {9, 123}}}, {}, error) == index_ok);
+    // Read before any index_writer opens (and would upgrade) it.
+    CHECK(scalar(path_in(d), "PRAGMA user_version") == "2");
+    CHECK(scalar(path_in(d), "SELECT count(*) FROM sqlite_master WHERE name IN "
+                             "('idempotency', 'idempotency_expiry')") == "2");
+}
+
+TEST_CASE("index: idempotency records, their expiry boundary and bounded expiry steps") {
+    temp_dir d;
+    index_writer w;
+    REQUIRE(w.open(path_in(d), 1024).rc == index_ok);
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_idem("", "k", record('a', 5000)) == index_ok);
+    REQUIRE(w.put_idem("s", "k", record('b', 5000)) == index_ok); // another scope
+    REQUIRE(w.commit() == index_ok);
+    index_reader r;
+    REQUIRE(r.open(path_in(d)) == index_ok);
+    idem_row got;
+    REQUIRE(r.get_idem("", "k", 4999, got) == index_row);
+    CHECK(got.fingerprint == std::string(32, 'a'));
+    CHECK(got.created);
+    CHECK(got.version == 3);
+    CHECK(got.token == 7);
+    CHECK(got.committed_ms == 5000);
+    REQUIRE(r.get_idem("s", "k", 4999, got) == index_row);
+    CHECK(got.fingerprint == std::string(32, 'b'));
+    // Committed at or before the bound: expired, absent.
+    CHECK(r.get_idem("", "k", 5000, got) == index_done);
+    CHECK(r.get_idem("", "nope", 0, got) == index_done);
+    // A new record replaces an expired one under the same key.
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_idem("", "k", record('c', 9000)) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    REQUIRE(r.get_idem("", "k", 5000, got) == index_row);
+    CHECK(got.fingerprint == std::string(32, 'c'));
+
+    // 2,500 expired records and 10 live ones: steps of at most the limit, oldest first.
+    REQUIRE(w.begin() == index_ok);
+    for (int i = 0; i < 2500; ++i)
+        REQUIRE(w.put_idem("", "old" + std::to_string(i), record('o', 100 + i)) == index_ok);
+    for (int i = 0; i < 10; ++i)
+        REQUIRE(w.put_idem("", "new" + std::to_string(i), record('n', 20000)) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    std::vector<int> steps;
+    for (;;) {
+        int deleted = -1;
+        REQUIRE(w.begin() == index_ok);
+        REQUIRE(w.expire_idem(10000, 1000, deleted) == index_ok);
+        REQUIRE(w.commit() == index_ok);
+        steps.push_back(deleted);
+        if (deleted == 0)
+            break;
+    }
+    // The records at 5000 ("s"/"k") and 9000 (""/"k") went with the old ones.
+    CHECK(steps == std::vector<int>{1000, 1000, 502, 0});
+    CHECK(r.get_idem("", "old2499", 0, got) == index_done);
+    CHECK(r.get_idem("", "k", 0, got) == index_done);
+    for (int i = 0; i < 10; ++i)
+        CHECK(r.get_idem("", "new" + std::to_string(i), 10000, got) == index_row);
 }
 
 TEST_CASE("objects_dir: directories are created as needed and reclaimed only when empty") {

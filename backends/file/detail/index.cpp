@@ -47,6 +47,17 @@ CREATE TABLE IF NOT EXISTS meta (
   name  TEXT PRIMARY KEY,
   value TEXT NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+  scope        TEXT NOT NULL,
+  key          TEXT NOT NULL,
+  fingerprint  BLOB NOT NULL,
+  created      INTEGER NOT NULL,
+  version      INTEGER NOT NULL,
+  token        INTEGER NOT NULL,
+  committed_ms INTEGER NOT NULL,
+  PRIMARY KEY (scope, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (committed_ms);
 )sql";
 
 void bind_text(sqlite3_stmt* s, int i, std::string_view v) {
@@ -329,6 +340,34 @@ int index_connection::list_fences(std::string_view prefix, std::string_view afte
     return SQLITE_DONE;
 }
 
+int index_connection::get_idem(std::string_view scope, std::string_view key, std::int64_t after_ms,
+                               idem_row& out) {
+    if (!get_idem_) {
+        if (int rc = prepare(get_idem_, "SELECT fingerprint, created, version, token, committed_ms "
+                                        "FROM idempotency WHERE scope = ?1 AND key = ?2 "
+                                        "AND committed_ms > ?3");
+            rc != SQLITE_OK)
+            return rc;
+    }
+    reset_on_exit guard{get_idem_};
+    bind_text(get_idem_, 1, scope);
+    bind_text(get_idem_, 2, key);
+    sqlite3_bind_int64(get_idem_, 3, after_ms);
+    int rc = sqlite3_step(get_idem_);
+    if (rc == SQLITE_ROW) {
+        const auto* p = static_cast<const char*>(sqlite3_column_blob(get_idem_, 0));
+        out.fingerprint.assign(p ? p : "",
+                               static_cast<std::size_t>(sqlite3_column_bytes(get_idem_, 0)));
+        out.created = sqlite3_column_int(get_idem_, 1) != 0;
+        out.version = sqlite3_column_int64(get_idem_, 2);
+        out.token = sqlite3_column_int64(get_idem_, 3);
+        out.committed_ms = sqlite3_column_int64(get_idem_, 4);
+    } else if (rc != SQLITE_DONE) {
+        return fail(rc, "reading an idempotency record");
+    }
+    return rc;
+}
+
 int index_reader::open(const std::string& path) {
     return index_connection::open(path, SQLITE_OPEN_READONLY, 4096);
 }
@@ -360,6 +399,9 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
                         "PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit=67108864;";
     if ((r.rc = exec(setup)) != SQLITE_OK)
         return r;
+    // A new file gets the whole schema; an older format gets what it lacks (format 1 → 2:
+    // the idempotency table and its index), in the same one transaction as its new
+    // user_version, so a crash leaves either format 1 untouched or format 2 complete.
     const std::string create = std::string("BEGIN IMMEDIATE;") + schema_sql +
                                "PRAGMA user_version=" + std::to_string(index_format) + ";COMMIT;";
     if ((r.rc = exec(create.c_str())) != SQLITE_OK) {
@@ -388,6 +430,12 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
                      "VALUES (?1, ?2, ?3, ?4, ?5)"},
         {&redo_rows_, "SELECT seq, key, version, is_delete, tmp, body FROM redo ORDER BY seq"},
         {&delete_redo_, "DELETE FROM redo WHERE seq <= ?1"},
+        {&put_idem_, "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, created, "
+                     "version, token, committed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
+        // The oldest first, through the committed_ms index (which holds the primary key).
+        {&expire_idem_, "DELETE FROM idempotency WHERE (scope, key) IN (SELECT scope, key "
+                        "FROM idempotency WHERE committed_ms <= ?1 ORDER BY committed_ms "
+                        "LIMIT ?2)"},
     };
     for (auto [stmt, sql] : statements)
         if ((r.rc = prepare(*stmt, sql)) != SQLITE_OK)
@@ -486,6 +534,29 @@ int index_writer::delete_redo_through(std::int64_t seq) {
     sqlite3_bind_int64(delete_redo_, 1, seq);
     int rc = run_once(delete_redo_);
     return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "deleting redo rows");
+}
+
+int index_writer::put_idem(std::string_view scope, std::string_view key, const idem_row& row) {
+    bind_text(put_idem_, 1, scope);
+    bind_text(put_idem_, 2, key);
+    sqlite3_bind_blob64(put_idem_, 3, row.fingerprint.data(), row.fingerprint.size(),
+                        SQLITE_TRANSIENT);
+    sqlite3_bind_int(put_idem_, 4, row.created ? 1 : 0);
+    sqlite3_bind_int64(put_idem_, 5, row.version);
+    sqlite3_bind_int64(put_idem_, 6, row.token);
+    sqlite3_bind_int64(put_idem_, 7, row.committed_ms);
+    int rc = run_once(put_idem_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "writing an idempotency record");
+}
+
+int index_writer::expire_idem(std::int64_t through_ms, int limit, int& deleted) {
+    sqlite3_bind_int64(expire_idem_, 1, through_ms);
+    sqlite3_bind_int(expire_idem_, 2, limit);
+    int rc = run_once(expire_idem_);
+    if (rc != SQLITE_DONE)
+        return fail(rc, "deleting expired idempotency records");
+    deleted = sqlite3_changes(db_);
+    return SQLITE_OK;
 }
 
 int index_writer::mark_clean(bool clean) {

@@ -30,8 +30,9 @@ inline constexpr int index_ok = 0;     // SQLITE_OK
 inline constexpr int index_row = 100;  // SQLITE_ROW: found
 inline constexpr int index_done = 101; // SQLITE_DONE: absent, or finished
 
-// The format this build writes and the newest it reads (PRAGMA user_version).
-inline constexpr int index_format = 1;
+// The format this build writes and the newest it reads (PRAGMA user_version). 2 added the
+// idempotency table; opening a format-1 index adds it in place (index_writer::open).
+inline constexpr int index_format = 2;
 inline constexpr const char* index_file = "index.db";
 
 struct fence_row {
@@ -48,6 +49,16 @@ struct key_row {
     std::uint64_t size = 0;
     std::uint32_t crc = 0;
     std::string content_type;
+};
+
+// An Idempotency-Key record (backends/store.hpp, `struct idempotency`): the outcome a
+// retry with the same (scope, key) and fingerprint is answered with.
+struct idem_row {
+    std::string fingerprint; // 32 opaque bytes
+    bool created = false;    // put
+    std::int64_t version = 0;
+    fence::token_t token = 0;
+    std::int64_t committed_ms = 0; // Unix ms of the commit; expires after the retention
 };
 
 // A write whose files may not be durable yet (docs/file-store.md, "Redo rows").
@@ -79,6 +90,10 @@ public:
     // start), in bytewise order, at most `limit`.
     int list_fences(std::string_view prefix, std::string_view after, std::size_t limit,
                     std::vector<std::pair<std::string, fence_row>>& out);
+    // The record under (scope, key) committed after `after_ms` (older ones count as
+    // expired, absent); SQLITE_ROW when found.
+    int get_idem(std::string_view scope, std::string_view key, std::int64_t after_ms,
+                 idem_row& out);
 
 protected:
     int open(const std::string& path, int flags, int cache_kib);
@@ -93,6 +108,7 @@ private:
     sqlite3_stmt* get_fence_ = nullptr;
     sqlite3_stmt* get_key_ = nullptr;
     sqlite3_stmt* list_ = nullptr;
+    sqlite3_stmt* get_idem_ = nullptr;
     std::vector<sqlite3_stmt*> owned_;
 };
 
@@ -105,7 +121,8 @@ public:
 // What index_writer::open found.
 struct index_open_result {
     int rc = 0;           // SQLITE_OK or the error
-    int found_format = 0; // the file's user_version before open (0: a new file)
+    int found_format = 0; // the file's user_version before open (0: a new file; lower than
+                          // index_format: upgraded in place by this open)
     bool newer = false;   // written by a newer format than this build reads: refused
     bool clean = false;   // the last process to use it stopped cleanly
 };
@@ -129,6 +146,11 @@ public:
     int add_redo(redo_row& row);
     int redo_rows(std::vector<redo_row>& out);
     int delete_redo_through(std::int64_t seq);
+    // Inserts the record under (scope, key), replacing an expired one.
+    int put_idem(std::string_view scope, std::string_view key, const idem_row& row);
+    // Deletes at most `limit` records committed at or before `through_ms`, oldest first;
+    // `deleted` gets how many went.
+    int expire_idem(std::int64_t through_ms, int limit, int& deleted);
 
     // Outside a transaction: the clean-shutdown flag.
     int mark_clean(bool clean);
@@ -149,6 +171,8 @@ private:
     sqlite3_stmt* add_redo_ = nullptr;
     sqlite3_stmt* redo_rows_ = nullptr;
     sqlite3_stmt* delete_redo_ = nullptr;
+    sqlite3_stmt* put_idem_ = nullptr;
+    sqlite3_stmt* expire_idem_ = nullptr;
 };
 
 // Runs PASSIVE checkpoints (which never block the writer) on its own connection.

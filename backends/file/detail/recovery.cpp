@@ -116,6 +116,10 @@ std::optional<open_error> file_store::open_index() {
                               "(restore the index from a backup; docs/file-store.md, Recovery)",
                           1};
     }
+    if (r.found_format != 0 && r.found_format < index_format)
+        logging::write(
+            logging::level::info, "file store upgraded its index in place",
+            {{"root", root_}, {"from_format", r.found_format}, {"to_format", index_format}});
     clean_start_ = r.clean;
     writer_.on_wal_commit(&file_store::on_wal_commit, this);
     return std::nullopt;
