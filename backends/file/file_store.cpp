@@ -127,6 +127,9 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
 file_store::file_store(net::io_context& io, const file_store_options& opts)
     : io_(io), syncfs_batches_(opts.flush == config::file_flush::syncfs && syncfs_reports_errors()),
       cache_(opts.fence_cache_size),
+      retention_ms_(
+          std::chrono::duration_cast<std::chrono::milliseconds>(opts.idempotency_retention)
+              .count()),
       pool_(static_cast<std::size_t>(file_io_threads(opts.io_threads, syncfs_batches_))) {
     if (opts.flush == config::file_flush::syncfs && !syncfs_batches_)
         logging::write(logging::level::warn,
@@ -220,26 +223,100 @@ net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pendin
         attach_waiter(*item, std::move(handler), fallback);
         staging_.fetch_add(1);
         net::post(pool_, [this, item = std::move(item), data = std::move(data)]() mutable {
-            write_result r;
-            try {
-                r = stage_put(*item, data);
-            } catch (const std::exception& e) {
-                abandon_staged(*item);
-                r = {};
-                r.error = errc::internal;
-                r.message = e.what();
+            stage_then_enqueue(std::move(item), data);
+        });
+    };
+    co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(write_result)>(
+        std::move(init), net::use_awaitable, std::move(p), std::move(body));
+}
+
+void file_store::stage_then_enqueue(std::unique_ptr<pending> item, std::string& body) {
+    write_result r;
+    try {
+        r = stage_put(*item, body);
+    } catch (const std::exception& e) {
+        abandon_staged(*item);
+        r = {};
+        r.error = errc::internal;
+        r.message = e.what();
+    }
+    if (r.error != errc::ok) {
+        {
+            std::lock_guard lock(queue_mutex_);
+            staging_.fetch_sub(1);
+        }
+        queue_cv_.notify_one();
+        item->result = std::move(r);
+        reply(*item);
+        return;
+    }
+    enqueue(std::move(item), true);
+}
+
+write_result answer_from(const idem_row& rec, const idempotency& idem) {
+    write_result r;
+    if (rec.fingerprint != idem.fingerprint) {
+        r.error = errc::idempotency_key_reused;
+        r.message = "this Idempotency-Key was used for another request";
+        return r;
+    }
+    r.replayed = true;
+    r.created = rec.created;
+    r.version = rec.version;
+    r.token = rec.token;
+    return r;
+}
+
+bool file_store::answered_by_record(pending& p) {
+    idem_row rec;
+    int rc = index_done;
+    try {
+        // No state lock: a committed record stays as it is until it expires, and a WAL
+        // reader sees a commit only once it is durable.
+        rc = lease_reader()->get_idem(p.idem->scope, p.idem->key, store_now_ms() - retention_ms_,
+                                      rec);
+    } catch (const std::exception&) {
+        return false; // no reader: the committer decides
+    }
+    if (rc != index_row)
+        return false;
+    p.result = answer_from(rec, *p.idem);
+    return true;
+}
+
+net::awaitable<write_result> file_store::keyed_submit(std::unique_ptr<pending> p,
+                                                      std::string body) {
+    net::any_io_executor fallback = io_.get_executor();
+    auto init = [this, fallback](auto handler, std::unique_ptr<pending> item, std::string data) {
+        attach_waiter(*item, std::move(handler), fallback);
+        const bool stages = item->op == pending::kind::put;
+        if (stages)
+            staging_.fetch_add(1); // the committer may gather for it
+        net::post(pool_, [this, stages, item = std::move(item), data = std::move(data)]() mutable {
+            // The record first: a replay answers even a write the fence has since moved
+            // past (the replay tells what happened then). Only then the cache's stale check.
+            bool answered = answered_by_record(*item);
+            if (!answered) {
+                write_result r;
+                answered = cached_stale(item->key, item->lock, item->token, r) != errc::ok;
+                if (answered)
+                    item->result = std::move(r);
             }
-            if (r.error != errc::ok) {
-                {
-                    std::lock_guard lock(queue_mutex_);
-                    staging_.fetch_sub(1);
+            if (answered) {
+                if (stages) {
+                    {
+                        std::lock_guard lock(queue_mutex_);
+                        staging_.fetch_sub(1);
+                    }
+                    queue_cv_.notify_one();
                 }
-                queue_cv_.notify_one();
-                item->result = std::move(r);
                 reply(*item);
                 return;
             }
-            enqueue(std::move(item), true);
+            if (stages)
+                stage_then_enqueue(std::move(item), data);
+            else
+                enqueue(std::move(item));
         });
     };
     co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(write_result)>(
@@ -338,13 +415,13 @@ void file_store::drop_staged(pending& p) {
 
 std::unique_ptr<pending> file_store::admit(pending::kind op, std::string& key, std::string& lock,
                                            token_t token, const fence::preconditions& pre,
-                                           write_result& r) {
+                                           write_result& r, bool check_cache) {
     if (fence::validate_key(key) != errc::ok) {
         r.error = errc::invalid_name;
         r.message = "invalid key";
         return nullptr;
     }
-    if (cached_stale(key, lock, token, r) != errc::ok)
+    if (check_cache && cached_stale(key, lock, token, r) != errc::ok)
         return nullptr;
     auto p = std::make_unique<pending>();
     p->op = op;
@@ -360,10 +437,15 @@ net::awaitable<write_result> file_store::put(put_request req) {
     if (!usable())
         co_return unavailable("file store is not available");
     write_result r;
-    auto p = admit(pending::kind::put, req.key, req.lock, req.token, req.pre, r);
+    const bool keyed = req.idem.has_value();
+    auto p = admit(pending::kind::put, req.key, req.lock, req.token, req.pre, r, !keyed);
     if (!p)
         co_return r;
     p->content_type = std::move(req.content_type);
+    if (keyed) {
+        p->idem = std::move(req.idem);
+        co_return co_await keyed_submit(std::move(p), std::move(req.body));
+    }
     co_return co_await stage_and_submit(std::move(p), std::move(req.body));
 }
 
@@ -372,9 +454,15 @@ net::awaitable<write_result> file_store::remove(delete_request req) {
         co_return unavailable("file store is not available");
     write_result r;
     // The committer decides against the index; a delete has no body to stage.
-    auto p = admit(pending::kind::remove, req.key, req.lock, req.token, req.pre, r);
+    const bool keyed = req.idem.has_value();
+    auto p = admit(pending::kind::remove, req.key, req.lock, req.token, req.pre, r, !keyed);
     if (!p)
         co_return r;
+    if (keyed) {
+        p->idem = std::move(req.idem);
+        std::string no_body;
+        co_return co_await keyed_submit(std::move(p), std::move(no_body));
+    }
     co_return co_await submit(std::move(p));
 }
 
@@ -383,6 +471,17 @@ net::awaitable<write_result> file_store::advance_fence(fence_request req) {
     const token_t token = req.token;
     if (!usable())
         co_return unavailable("file store is not available");
+    if (req.idem) {
+        // Its record first, then the stale check; and no "already there" shortcut: an
+        // applied keyed advance commits its record.
+        auto p = std::make_unique<pending>();
+        p->op = pending::kind::fence;
+        p->lock = std::move(lock);
+        p->token = token;
+        p->idem = std::move(req.idem);
+        std::string no_body;
+        co_return co_await keyed_submit(std::move(p), std::move(no_body));
+    }
     write_result r;
     if (cached_stale("", lock, token, r) != errc::ok)
         co_return r;

@@ -559,6 +559,127 @@ TEST_CASE("kill -9 at every failpoint of a write") {
     CHECK(cases == 2 * (2 * 2 * 6 + 4));
 }
 
+// A keyed write killed after its commit: the client saw a lost connection (or a 504) and
+// retries with the same key after the restart. The record committed with the write, so the
+// retry replays it (nothing applied twice); killed before the commit, the retry applies.
+TEST_CASE("kill -9 around a keyed write's commit: the retry after the restart replays it") {
+    require_failpoints();
+    const struct {
+        const char* name;
+        bool committed;
+    } points[] = {{"before_index_commit", false},
+                  {"after_index_commit", true},
+                  {"after_rename", true},
+                  {"before_reply", true}};
+    auto keyed_put = [](std::string body) {
+        auto r = put_req("d/k", "L", 2, std::move(body));
+        r.idem = idempotency{"", "retry-1", std::string(32, 'f')};
+        return r;
+    };
+    auto keyed_delete = [] {
+        auto r = del_req("gone", "G", 2);
+        r.idem = idempotency{"", "retry-2", std::string(32, 'g')};
+        return r;
+    };
+    for (const bool replace : {false, true})
+        for (const auto& pt : points) {
+            const std::string point_name = pt.name;
+            CAPTURE(point_name);
+            CAPTURE(replace);
+            temp_dir dir;
+            const fs::path root = dir.path;
+            {
+                net::io_context io;
+                auto s = open_ok(io, root);
+                if (replace)
+                    REQUIRE(run(io, s->put(put_req("d/k", "L", 1, "old"))).error == errc::ok);
+                REQUIRE(run(io, s->put(put_req("gone", "G", 1, "x"))).error == errc::ok);
+            }
+            const int status = status_of_child([&] {
+                net::io_context io;
+                auto s = child_open(io, root, file_flush::syncfs);
+                child_expect_ok(run(io, s->remove(keyed_delete())));
+                detail::set_failpoint_for_tests(pt.name);
+                run(io, s->put(keyed_put("new")));
+            });
+            require_killed(status);
+
+            net::io_context io;
+            auto s = open_ok(io, root);
+            // The fence moves on meanwhile (another holder): the replay still answers.
+            REQUIRE(run(io, s->advance_fence({"G", 9, {}})).error == errc::ok);
+            auto d = run(io, s->remove(keyed_delete()));
+            CHECK(d.error == errc::ok);
+            CHECK(d.replayed);
+            CHECK(d.token == 2);
+            auto retry = run(io, s->put(keyed_put("new")));
+            CHECK(retry.error == errc::ok);
+            CHECK(retry.replayed == pt.committed);
+            CHECK(retry.version == (replace ? 2 : 1));
+            CHECK(retry.created == !replace);
+            CHECK(retry.token == 2);
+            auto g = run(io, s->get("d/k", true));
+            CHECK(g.body == "new");
+            CHECK(g.version == (replace ? 2 : 1)); // applied once
+            // A second retry replays whichever attempt applied.
+            CHECK(run(io, s->put(keyed_put("new"))).replayed);
+            CHECK(impl(*s).wait_for_sweep());
+            CHECK(tmp_files(root).empty());
+            s.reset();
+            check_body_matches_row(root, "d/k");
+        }
+}
+
+// A store written before the idempotency table (format 1): the next start adds the table
+// in place, keeps every row and body, and keyed writes work and survive the next restart.
+TEST_CASE("a format-1 store is upgraded in place at start") {
+    temp_dir dir;
+    net::io_context io;
+    {
+        auto s = open_ok(io, dir.path);
+        REQUIRE(run(io, s->put(put_req("a/b", "L", 5, "body"))).error == errc::ok);
+        REQUIRE(run(io, s->put(put_req("gone", "G", 1, "x"))).error == errc::ok);
+        REQUIRE(run(io, s->remove(del_req("gone", "G", 2))).error == errc::ok);
+    }
+    {
+        // What format 1 was: this schema without the idempotency table and its index.
+        index_db db(dir.path, true);
+        db.exec("DROP INDEX idempotency_expiry; DROP TABLE idempotency; PRAGMA user_version = 1");
+    }
+    stderr_capture log(dir.path / "stderr");
+    {
+        auto s = open_ok(io, dir.path);
+        auto lines = log.lines("file store upgraded its index in place");
+        REQUIRE(lines.size() == 1);
+        CHECK(lines[0]["from_format"] == 1);
+        CHECK(lines[0]["to_format"] == 2);
+        auto g = run(io, s->get("a/b", true));
+        CHECK(g.body == "body");
+        CHECK(g.version == 1);
+        CHECK(run(io, s->get("gone", true)).error == errc::not_found);
+        CHECK(run(io, s->put(put_req("a/b", "L", 4, "zombie"))).error == errc::stale_token);
+        auto req = put_req("a/b", "L", 5, "keyed");
+        req.idem = idempotency{"", "after-upgrade", std::string(32, 'u')};
+        auto w = run(io, s->put(req));
+        CHECK(w.error == errc::ok);
+        CHECK(w.version == 2);
+    }
+    {
+        index_db db(dir.path);
+        CHECK(db.scalar("PRAGMA user_version") == "2");
+        CHECK(db.scalar("SELECT count(*) FROM idempotency") == "1");
+    }
+    auto s = open_ok(io, dir.path);
+    auto req = put_req("a/b", "L", 5, "keyed");
+    req.idem = idempotency{"", "after-upgrade", std::string(32, 'u')};
+    auto again = run(io, s->put(req));
+    CHECK(again.replayed);
+    CHECK(again.version == 2);
+    CHECK(run(io, s->get("gone", true)).error == errc::not_found);
+    auto back = run(io, s->put(put_req("gone", "G", 3, "back")));
+    CHECK(back.version == 2); // the tombstone's count survived the upgrade
+}
+
 // Kill at after_index_commit: the index names the new body's temp file, the rename has
 // not happened. The next start renames it (and a crash during that start, right after the
 // rename, changes nothing for the start after it).

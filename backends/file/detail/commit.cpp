@@ -37,12 +37,26 @@ constexpr std::chrono::milliseconds flush_interval{50};
 constexpr int checkpoint_pages = 2048;
 constexpr int catch_up_pages = 4096;
 
-std::int64_t now_ms() {
-    using namespace std::chrono;
-    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
+// Expired idempotency records deleted per step: inside a batch's transaction (a little
+// more work for one commit), or, when the committer is idle, in a transaction of its own.
+constexpr int expiry_step_in_batch = 256;
+constexpr int expiry_step_idle = 1000;
+// The pause after a step that found fewer than its limit (nothing more is expired yet).
+constexpr std::chrono::seconds expiry_interval{1};
+
+std::atomic<std::int64_t> clock_offset_ms{0};
 
 } // namespace
+
+std::int64_t store_now_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count() +
+           clock_offset_ms.load(std::memory_order_relaxed);
+}
+
+void set_clock_offset_for_tests(std::chrono::milliseconds offset) {
+    clock_offset_ms = offset.count();
+}
 
 void set_commit_hold_for_tests(bool hold) {
     hold_commits = hold;
@@ -150,6 +164,10 @@ void file_store::committer_main() {
             if (!failed_ && flushed_seq_.load() > trimmed_seq_ &&
                 std::chrono::steady_clock::now() - last_batch >= std::chrono::seconds(1))
                 trim_redo(true);
+            // Idle: expired idempotency records go in larger steps, each its own short
+            // transaction, so a write arriving meanwhile waits for one step at most.
+            if (!failed_)
+                expire_records(true, expiry_step_idle);
             continue;
         }
         last_batch = std::chrono::steady_clock::now();
@@ -174,6 +192,28 @@ void file_store::committer_main() {
             deferred_.clear();
         }
     }
+}
+
+int file_store::expire_records(bool standalone, int limit) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_expiry_)
+        return index_ok;
+    int rc = standalone ? writer_.begin() : index_ok;
+    int deleted = 0;
+    if (rc == index_ok)
+        rc = writer_.expire_idem(store_now_ms() - retention_ms_, limit, deleted);
+    if (rc == index_ok && standalone)
+        rc = writer_.commit();
+    if (rc != index_ok) {
+        if (standalone)
+            writer_.rollback();
+        fail_index("deleting expired idempotency records");
+        return rc;
+    }
+    // A full step: more may be expired, the next step is due at once (the next batch, or
+    // the next idle turn); otherwise nothing is for a while.
+    next_expiry_ = deleted >= limit ? now : now + expiry_interval;
+    return rc;
 }
 
 int file_store::trim_redo(bool standalone) {
@@ -277,10 +317,13 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         return index_failed("BEGIN");
     if (trim_redo(false) != index_ok)
         return index_failed("deleting redo rows");
+    if (expire_records(false, expiry_step_in_batch) != index_ok)
+        return index_failed("deleting expired idempotency records");
 
     // 1. Decide, in FIFO order, inside the transaction: each read sees the batch's earlier
     //    accepted items, which is what makes check-and-write atomic per lock.
-    const std::int64_t ms = now_ms();
+    const std::int64_t ms = store_now_ms();
+    const std::int64_t unexpired_after = ms - retention_ms_;
     std::unordered_map<std::string, token_t> raised; // lock → fence after the batch
     std::int64_t last_redo = 0;
     std::size_t accepted = 0;
@@ -292,9 +335,35 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         raised[lock] = token;
         return writer_.put_fence(lock, token, ms);
     };
+    // An applied keyed write's record, in the same transaction as the write.
+    auto record = [&](pending& p) -> int {
+        if (!p.idem)
+            return index_ok;
+        idem_row rec;
+        rec.fingerprint = p.idem->fingerprint;
+        rec.created = p.result.created;
+        rec.version = p.result.version;
+        rec.token = p.result.token;
+        rec.committed_ms = ms;
+        return writer_.put_idem(p.idem->scope, p.idem->key, rec);
+    };
     for (auto& up : batch) {
         pending& p = *up;
         write_result& r = p.result;
+        if (p.idem) {
+            // The record decides first (before the fence: a replay tells what happened
+            // then). Read in this transaction, it includes the records of this batch's
+            // earlier items, so two writes with one key in a batch apply once. An
+            // answered item is not applied; its staged body is dropped below.
+            idem_row rec;
+            const int rc = writer_.get_idem(p.idem->scope, p.idem->key, unexpired_after, rec);
+            if (rc != index_row && rc != index_done)
+                return index_failed("reading an idempotency record");
+            if (rc == index_row) {
+                r = answer_from(rec, *p.idem);
+                continue;
+            }
+        }
         fence_row f;
         int rc = writer_.get_fence(p.lock, f);
         if (rc != index_row && rc != index_done)
@@ -310,6 +379,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             if (advance(p.lock, fence, p.token) != index_ok)
                 return index_failed("writing a fence");
             r.token = fence::advanced(fence, p.token);
+            if (record(p) != index_ok)
+                return index_failed("writing an idempotency record");
             p.accepted = true;
             ++accepted;
             continue;
@@ -387,6 +458,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         if (advance(p.lock, fence, p.token) != index_ok)
             return index_failed("writing a fence");
         r.token = fence::advanced(fence, p.token);
+        if (record(p) != index_ok)
+            return index_failed("writing an idempotency record");
         p.accepted = true;
         ++accepted;
     }

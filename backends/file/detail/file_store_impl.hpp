@@ -49,6 +49,14 @@ namespace fk::store::detail {
 // files need not be durable before the commit.
 inline constexpr std::size_t journaled_body_max = 4096;
 
+// The store's clock, Unix ms: fences' and keys' times, and idempotency records' commit
+// times and expiry. Tests can move it (set_clock_offset_for_tests).
+std::int64_t store_now_ms();
+
+// A write's answer from its idempotency record: the recorded outcome with `replayed` for
+// the same fingerprint, idempotency_key_reused for another.
+write_result answer_from(const idem_row& rec, const idempotency& idem);
+
 // One write, delete or fence advance on its way through the committer.
 struct pending {
     enum class kind { put, remove, fence } op = kind::put;
@@ -56,6 +64,9 @@ struct pending {
     std::string lock;
     token_t token = 0;
     fence::preconditions pre;
+    // The write's Idempotency-Key: the committer answers it from its record, or records
+    // its outcome in the batch's transaction (docs/file-store.md, "Idempotency records").
+    std::optional<idempotency> idem;
     // put: the staged body
     std::string content_type;
     std::uint64_t size = 0;
@@ -125,8 +136,21 @@ private:
                       write_result& r);
     // Key validation and the cache (put and remove): the item to go on with, or null with
     // `r` holding the answer.
+    // A keyed write skips the cache here (`check_cache` false): its record is looked up
+    // first (keyed_submit).
     std::unique_ptr<pending> admit(pending::kind op, std::string& key, std::string& lock,
-                                   token_t token, const fence::preconditions& pre, write_result& r);
+                                   token_t token, const fence::preconditions& pre, write_result& r,
+                                   bool check_cache = true);
+    // On the pool: the unexpired record of p.idem, read without the state lock (a committed
+    // record never changes until it expires), answers p (true, p.result set); absent or
+    // unreadable: false, the committer decides.
+    bool answered_by_record(pending& p);
+    // A keyed write: on the pool, its record first, then the cache's stale check, then (a
+    // put) staging, then the committer; the waiter is resumed once, with the answer.
+    net::awaitable<write_result> keyed_submit(std::unique_ptr<pending> p, std::string body);
+    // On the pool, for a put counted in staging_: stage the body, then queue the item
+    // (or answer it with the stage's error).
+    void stage_then_enqueue(std::unique_ptr<pending> item, std::string& body);
     // The body written to its file; ok: queued for the committer.
     write_result stage_put(pending& p, std::string& body);
     object_result read_object(const std::string& key, bool with_body);
@@ -169,6 +193,9 @@ private:
     // Deletes redo rows whose files the flusher has made durable (in its own
     // transaction when `standalone`, else in the caller's).
     int trim_redo(bool standalone);
+    // Deletes at most `limit` expired idempotency records (in its own transaction when
+    // `standalone`, else in the caller's) when a step is due, and schedules the next.
+    int expire_records(bool standalone, int limit);
     void reply(pending& p);
     void fail(std::string_view what, int err);
     void fail_index(std::string_view what);
@@ -194,6 +221,8 @@ private:
     std::mutex readers_mutex_;
     std::vector<std::unique_ptr<index_reader>> readers_;
     fence_cache cache_;
+    // How long an idempotency record answers retries, in ms (file_store_options).
+    std::int64_t retention_ms_ = 0;
 
     mutable std::shared_mutex state_mutex_;
 
@@ -227,6 +256,9 @@ private:
     std::atomic<std::int64_t> committed_seq_{0};
     std::atomic<std::int64_t> flushed_seq_{0};
     std::int64_t trimmed_seq_ = 0; // committer only
+    // When the next step of deleting expired idempotency records is due: at once after a
+    // step that hit its limit, else a second later (committer only).
+    std::chrono::steady_clock::time_point next_expiry_{};
 
     std::mutex flush_mutex_;
     std::condition_variable flush_cv_;
@@ -258,5 +290,7 @@ std::uint64_t enqueued_for_tests();
 void set_gather_window_for_tests(std::chrono::microseconds window);
 // Puts of KEY wait on the pool, after writing their body, until the hold is lifted ("").
 void set_stage_hold_for_tests(const std::string& key);
+// Moves store_now_ms() by `offset` (0: the real clock): records age without waiting.
+void set_clock_offset_for_tests(std::chrono::milliseconds offset);
 
 } // namespace fk::store::detail
