@@ -78,9 +78,16 @@ std::string write_batch_sql(std::string_view schema) {
         "                         fingerprint, n)\n"
         "), e AS MATERIALIZED (\n"
         // The unexpired records of the keyed rows, in the statement's snapshot (no lock):
-        // such a row is answered from its record and applies nothing.
+        // such a row is answered from its record and applies nothing. One primary-key
+        // probe per keyed row: as a plain join, the generic plan (costed while the table
+        // was small) read every unexpired record through the committed_at index and
+        // hashed them, which made keyed batches slower the more records there were
+        // (measured: 5 ms a batch, keyed writes at a fifth of the unkeyed rate). OFFSET 0
+        // keeps the expiry condition out of the probe.
         "  SELECT i.n, d.fingerprint = i.fingerprint AS same, d.created, d.version, d.token\n"
-        "  FROM i JOIN @S.idempotency d ON d.scope = i.scope AND d.key = i.ikey\n"
+        "  FROM i CROSS JOIN LATERAL (\n"
+        "    SELECT d.fingerprint, d.created, d.version, d.token, d.committed_at\n"
+        "    FROM @S.idempotency d WHERE d.scope = i.scope AND d.key = i.ikey OFFSET 0) d\n"
         "  WHERE " +
         idem_unexpired("$13::bigint") +
         "\n"
