@@ -107,7 +107,10 @@ TEST_CASE("schema 2 adds the idempotency table and refuses newer schemas") {
 
 TEST_CASE("batch statement: records looked up first, claimed last, a lost claim raises") {
     const auto s = sql::write_batch_sql("fk");
-    const auto lookup = pos(s, "FROM i JOIN \"fk\".idempotency d ON d.scope = i.scope");
+    // One primary-key probe per keyed row, the expiry condition kept out of it (a join
+    // planned a scan of every unexpired record).
+    const auto lookup = pos(s, "FROM i CROSS JOIN LATERAL (");
+    pos(s, "FROM \"fk\".idempotency d WHERE d.scope = i.scope AND d.key = i.ikey OFFSET 0) d");
     const auto keys = pos(s, "ORDER BY r.key COLLATE \"C\" FOR UPDATE");
     const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
     const auto creates = pos(s, "INSERT INTO \"fk\".resources AS r");
