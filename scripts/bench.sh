@@ -529,13 +529,27 @@ writes_counts() {
         $1 == "fencekeeper_writes_total{result=\"replayed\"}" { r = $2 }
         END { printf "%d %d\n", a, r }'
 }
+# settled_writes_counts PORT -> writes_counts once they stop moving (at most ~5 s): the
+# previous wrk run stopped with up to CLIENTS requests in flight, which the server still
+# finishes; counted in this run's window, they would look like this run's writes.
+settled_writes_counts() {
+    local prev cur i
+    prev="$(writes_counts "$1")"
+    for ((i = 0; i < 50; i++)); do
+        sleep 0.1
+        cur="$(writes_counts "$1")"
+        [[ $cur == "$prev" ]] && break
+        prev=$cur
+    done
+    echo "$prev"
+}
 # idem_side STORE(P|F) PID PORT CLIENTS ROUND MODE(plain|keyed|replay) LUA ARGS...: one wrk
 # run, recorded in idem.tsv with fencekeeper's CPU and how many writes it applied and
 # replayed meanwhile (from /metrics), which must be what MODE sends.
 idem_side() {
     local st=$1 pid=$2 port=$3 c=$4 r=$5 mode=$6; shift 6
     local t0 t1 w0 w1 rps req non2xx errs a0 r0 a1 r1 applied replays cpu
-    w0="$(writes_counts "$port")"
+    w0="$(settled_writes_counts "$port")"
     t0="$(cpu_ticks "$pid")"
     read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port/" "$c" "$@")
     t1="$(cpu_ticks "$pid")"
