@@ -12,12 +12,12 @@ std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
         return open_error{"store: '" + s.store +
                           "' is neither file:PATH nor postgresql://... (postgres://...)"};
     if (location->kind == config::store_kind::file)
-        return open_file_store(io, location->path_or_uri,
-                               file_store_options{.io_threads = s.file.io_threads,
-                                                  .flush = s.file.flush,
-                                                  .fence_cache_size = s.file.fence_cache_size,
-                                                  .idempotency_retention =
-                                                      s.idempotency.retention});
+        return open_file_store(
+            io, location->path_or_uri,
+            file_store_options{.io_threads = s.file.io_threads,
+                               .flush = s.file.flush,
+                               .fence_cache_size = s.file.fence_cache_size,
+                               .idempotency_retention = s.idempotency.retention});
     return open_postgres_store(io, s);
 }
 
