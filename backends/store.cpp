@@ -2,6 +2,21 @@
 
 namespace fk::store {
 
+write_result replay_from_record(std::string_view recorded_fingerprint, std::string_view fingerprint,
+                                bool created, std::int64_t version, token_t token) {
+    write_result r;
+    if (recorded_fingerprint != fingerprint) {
+        r.error = errc::idempotency_key_reused;
+        r.message = "this Idempotency-Key was used for a different request; nothing was applied";
+        return r;
+    }
+    r.replayed = true;
+    r.created = created;
+    r.version = version;
+    r.token = token;
+    return r;
+}
+
 net::awaitable<operation_result> store::run_operation(operation_request req) {
     operation_result r;
     r.error = errc::not_found;

@@ -147,6 +147,12 @@ struct operation_result {
     std::string server_message;
 };
 
+// A write's answer from its Idempotency-Key record (the promises on struct idempotency):
+// the recorded outcome with `replayed` when the fingerprints match, else
+// idempotency_key_reused. Both stores answer through this one function.
+write_result replay_from_record(std::string_view recorded_fingerprint, std::string_view fingerprint,
+                                bool created, std::int64_t version, token_t token);
+
 class store {
 public:
     virtual ~store() = default;

@@ -300,15 +300,16 @@ config_key integer_key(std::string_view path, std::int64_t lo, std::int64_t hi,
     return k;
 }
 
-template <class Ref>
-config_key millis_key(std::string_view path, std::int64_t lo, std::int64_t hi,
-                      std::string_view description, Ref ref) {
+// An integer key for a std::chrono duration (milliseconds or seconds: Duration's unit).
+template <class Duration, class Ref>
+config_key duration_key(std::string_view path, std::int64_t lo, std::int64_t hi,
+                        std::string_view description, Ref ref) {
     config_key k{path, key_type::integer, lo, hi, {}, {}, description, {}, {}};
     k.apply = [=](const json& v, const std::string& p, settings& s) -> error {
         std::int64_t n = 0;
         if (auto e = read_int(v, p, lo, hi, n))
             return e;
-        ref(s) = millis{n};
+        ref(s) = Duration{n};
         return std::nullopt;
     };
     k.value = [=](const settings& s) { return json(ref(s).count()); };
@@ -316,18 +317,15 @@ config_key millis_key(std::string_view path, std::int64_t lo, std::int64_t hi,
 }
 
 template <class Ref>
+config_key millis_key(std::string_view path, std::int64_t lo, std::int64_t hi,
+                      std::string_view description, Ref ref) {
+    return duration_key<millis>(path, lo, hi, description, ref);
+}
+
+template <class Ref>
 config_key seconds_key(std::string_view path, std::int64_t lo, std::int64_t hi,
                        std::string_view description, Ref ref) {
-    config_key k{path, key_type::integer, lo, hi, {}, {}, description, {}, {}};
-    k.apply = [=](const json& v, const std::string& p, settings& s) -> error {
-        std::int64_t n = 0;
-        if (auto e = read_int(v, p, lo, hi, n))
-            return e;
-        ref(s) = std::chrono::seconds{n};
-        return std::nullopt;
-    };
-    k.value = [=](const settings& s) { return json(ref(s).count()); };
-    return k;
+    return duration_key<std::chrono::seconds>(path, lo, hi, description, ref);
 }
 
 // A string key: `check` validates the text and stores it.

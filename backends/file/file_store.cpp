@@ -254,17 +254,8 @@ void file_store::stage_then_enqueue(std::unique_ptr<pending> item, std::string& 
 }
 
 write_result answer_from(const idem_row& rec, const idempotency& idem) {
-    write_result r;
-    if (rec.fingerprint != idem.fingerprint) {
-        r.error = errc::idempotency_key_reused;
-        r.message = "this Idempotency-Key was used for another request";
-        return r;
-    }
-    r.replayed = true;
-    r.created = rec.created;
-    r.version = rec.version;
-    r.token = rec.token;
-    return r;
+    return replay_from_record(rec.fingerprint, idem.fingerprint, rec.created, rec.version,
+                              rec.token);
 }
 
 bool file_store::answered_by_record(pending& p) {

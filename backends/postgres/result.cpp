@@ -369,16 +369,8 @@ idem_lookup map_idem_get(const exec_outcome& o) {
 }
 
 write_result replay_write(const idem_record& rec, std::string_view fingerprint, bool is_put) {
-    if (rec.fingerprint != fingerprint)
-        return failure<write_result>(errc::idempotency_key_reused, key_reused);
-    write_result r;
-    r.replayed = true;
-    r.token = rec.token;
-    if (is_put) {
-        r.created = rec.created;
-        r.version = rec.version;
-    }
-    return r;
+    return replay_from_record(rec.fingerprint, fingerprint, is_put && rec.created,
+                              is_put ? rec.version : 0, rec.token);
 }
 
 operation_result replay_operation(const idem_record& rec, std::string_view fingerprint) {
