@@ -75,8 +75,11 @@ struct write_result {
     bool replayed = false;
     bool created = false;      // put: the key did not exist or was deleted (→ 201)
     std::int64_t version = 0;  // put: the key's new version
-    token_t token = 0;         // ok: the fence after the step
-    token_t current_token = 0; // stale_token: the fence that rejected the write
+    token_t token = 0;         // ok: the fence after the step (raise_floor: the floor)
+    token_t current_token = 0; // stale_token: the effective fence that rejected the write
+    // stale_token: set when a fence floor is what rejected the write (the floor's token
+    // is above the lock's own fence): that floor's prefix. Counted in the metrics.
+    std::optional<std::string> floor;
     std::string lock;          // lock_mismatch: the lock the key belongs to
     // Detail for the other errors. stale_token, lock_mismatch and precondition_failed are
     // data (the fields above); the proxy words their replies (proxy/error_response.cpp).
@@ -98,6 +101,10 @@ struct fence_info {
     std::string lock;
     token_t token = 0;
     std::int64_t updated_at_ms = 0; // Unix time in ms of the last time the fence moved
+    // read_fence only: set when a floor sets the effective fence (its token is above the
+    // lock's own fence, or the lock has no fence of its own): the floor's prefix; token and
+    // updated_at_ms are then the floor's.
+    std::optional<std::string> floor;
 };
 
 struct fence_result {
@@ -119,6 +126,33 @@ struct list_result {
     std::string message;
 };
 
+// Fence floors (docs/api.md#fence-floors). A floor (prefix, token) gives every lock whose
+// name starts with `prefix` ("" = every lock) an effective fence of at least `token`:
+//     effective fence(lock) = max(own fence, every floor whose prefix the lock starts with)
+// Every write, delete, fence advance and operation is checked against the effective fence
+// in the same atomic step as today's check (a write at or above it sets the lock's own
+// fence as today); read_fence returns it. One record per prefix, whatever the number of
+// locks. A store keeps at most max_floors of them.
+inline constexpr std::size_t max_floors = 1000;
+
+struct floor_request {
+    std::string prefix; // may be empty
+    token_t token = 0;  // the new floor: must be above the prefix's current floor
+    std::optional<idempotency> idem;
+};
+
+struct floor_info {
+    std::string prefix;
+    token_t token = 0;
+    std::int64_t updated_at_ms = 0; // Unix time in ms of the last raise
+};
+
+struct floors_result {
+    errc error = errc::ok; // ok, unavailable, internal
+    std::vector<floor_info> floors; // sorted bytewise by prefix
+    std::string message;
+};
+
 struct operation_request {
     std::string name;
     std::string lock;
@@ -136,7 +170,8 @@ struct operation_result {
     // rows_json are the recorded ones.
     bool replayed = false;
     token_t token = 0;
-    token_t current_token = 0;
+    token_t current_token = 0;          // stale_token: the effective fence
+    std::optional<std::string> floor;   // stale_token: as write_result::floor
     std::int64_t rows_affected = 0;
     std::string rows_json; // a JSON array of objects, column name → value
     std::string sqlstate;
@@ -164,6 +199,18 @@ public:
     virtual net::awaitable<write_result> advance_fence(fence_request req) = 0;
     virtual net::awaitable<fence_result> read_fence(std::string lock) = 0;
     virtual net::awaitable<list_result> list_fences(list_request req) = 0;
+
+    // PUT /v1/floors?prefix=P. Returns write_result: ok with token = the new floor once it
+    // is durable and no write below it can commit under the prefix any more (writes that
+    // were running when it was asked for have either committed before it or will be
+    // checked against it: Postgres takes a SHARE lock on the fences table, the file store
+    // raises it in its single committer); stale_token with current_token = the
+    // prefix's floor when req.token is not above it (floors only go up); invalid_request
+    // when max_floors floors exist and the prefix has none; the Idempotency-Key promises
+    // as for a fence advance (the recorded outcome is the token).
+    virtual net::awaitable<write_result> raise_floor(floor_request req);
+    // GET /v1/floors.
+    virtual net::awaitable<floors_result> list_floors();
 
     // Named SQL operations: only the Postgres store has them (404 elsewhere).
     virtual bool supports_operations() const noexcept { return false; }
