@@ -197,11 +197,13 @@ response stale_token_response(std::string_view lock, fence::token_t token,
     append_int(message, current_token);
     message += " of lock '";
     message += lock;
+    message += '\'';
     if (floor) {
-        message += "' (the fence floor of prefix '";
+        message += " (the fence floor of prefix '";
         message += *floor;
+        message += "')";
     }
-    message += "'; nothing was written";
+    message += "; nothing was written";
     logging::append_json_string(body, message);
     body += R"(,"token":)";
     append_int(body, token);

@@ -185,9 +185,9 @@ TEST_CASE("stale_token_response: the bytes make_error_response writes, with and 
                                   std::optional<std::string>{lock}}) {
             CAPTURE(lock);
             const std::string message =
-                "fencing token 3 is below the fence 9 of lock '" + lock +
-                (floor ? "' (the fence floor of prefix '" + *floor : std::string{}) +
-                "'; nothing was written";
+                "fencing token 3 is below the fence 9 of lock '" + lock + "'" +
+                (floor ? " (the fence floor of prefix '" + *floor + "')" : std::string{}) +
+                "; nothing was written";
             nlohmann::json fields = {{"lock", lock}, {"token", 3}, {"current_token", 9}};
             if (floor)
                 fields["floor"] = *floor;
