@@ -194,6 +194,11 @@ private:
     std::chrono::steady_clock::time_point start_;
 };
 
+// The prefix of the floor that refused a write, as the replies and logs take it.
+std::optional<std::string_view> floor_of(const std::optional<std::string>& floor) {
+    return floor ? std::optional<std::string_view>{*floor} : std::nullopt;
+}
+
 // writes_total{result} for a write, delete, fence advance or operation the store answered;
 // the stale gap too when it was stale, and stale_floor_total when a floor rejected it.
 void count_write(const call& c, errc e, token_t token, token_t current, bool replayed,
@@ -216,18 +221,16 @@ void log_stale(const call& c, std::optional<std::string_view> key, std::string_v
                token_t token, token_t current, const std::optional<std::string>& floor) {
     if (!logging::enabled(logging::level::warn))
         return;
-    logging::write_fields(
-        logging::level::warn, "rejected stale write",
-        {{"peer", c.ctx.peer},
-         {"request_id", c.ctx.request_id},
-         {"lock", lock},
-         logging::field::optional("key", key),
-         {"token", token},
-         {"fence", current},
-         {"current_token", current}, // the name in the 409 body
-         {"gap", current - token},
-         logging::field::optional("floor",
-                                  floor ? std::optional<std::string_view>{*floor} : std::nullopt)});
+    logging::write_fields(logging::level::warn, "rejected stale write",
+                          {{"peer", c.ctx.peer},
+                           {"request_id", c.ctx.request_id},
+                           {"lock", lock},
+                           logging::field::optional("key", key),
+                           {"token", token},
+                           {"fence", current},
+                           {"current_token", current}, // the name in the 409 body
+                           {"gap", current - token},
+                           logging::field::optional("floor", floor_of(floor))});
 }
 
 void log_applied(const call& c, std::optional<std::string_view> key, std::string_view lock,
@@ -262,10 +265,6 @@ response store_failure(const call& c, errc e, const std::string& message) {
         return make_error_response(e, message + "; retry it with the same Idempotency-Key to learn "
                                                 "whether it was, without applying it twice");
     return make_error_response(e, message);
-}
-
-std::optional<std::string_view> floor_of(const std::optional<std::string>& floor) {
-    return floor ? std::optional<std::string_view>{*floor} : std::nullopt;
 }
 
 response write_failure(const call& c, const store::write_result& r,
