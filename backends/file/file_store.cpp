@@ -88,6 +88,23 @@ bool stage_held(const std::string& key) {
     return stage_hold_key == key;
 }
 
+// The fence of `lock` (SQLITE_ROW, or SQLITE_DONE when it has none) and the floors over
+// it, read in one read transaction: one snapshot, which in WAL mode waits for no writer.
+int fence_and_floors(index_reader& idx, const std::string& lock, fence_row& f,
+                     fence::floor_set& over) {
+    if (int rc = idx.begin_read(); rc != index_ok)
+        return rc;
+    std::vector<fence::floor_entry> rows;
+    int rc = idx.get_fence(lock, f);
+    if (rc == index_row || rc == index_done)
+        if (const int floors = idx.floors_over(lock, rows); floors != index_done)
+            rc = floors;
+    idx.end_read();
+    for (auto& row : rows)
+        over.load(std::move(row));
+    return rc;
+}
+
 write_result unavailable(std::string message) {
     write_result r;
     r.error = errc::unavailable;
@@ -577,8 +594,16 @@ net::awaitable<fence_result> file_store::read_fence(std::string lock) {
     }
     auto read = [this, lock = std::move(lock)] {
         fence_result out;
+        auto idx = lease_reader();
         fence_row f;
-        const int rc = lease_reader()->get_fence(lock, f);
+        fence::floor_set over;
+        // The effective fence of one snapshot of the index (a batch may commit a raise and
+        // writes under it at once). has_floors_ is set before the COMMIT of the first
+        // raise: still unset after the fence was read, it proves that snapshot has no floor.
+        const bool floors = has_floors_.load();
+        int rc = floors ? fence_and_floors(*idx, lock, f, over) : idx->get_fence(lock, f);
+        if (!floors && (rc == index_row || rc == index_done) && has_floors_.load())
+            rc = fence_and_floors(*idx, lock, f, over);
         if (rc != index_row && rc != index_done) {
             out.error = errc::unavailable;
             out.message = "reading the index";
@@ -590,14 +615,9 @@ net::awaitable<fence_result> file_store::read_fence(std::string lock) {
             own = f.token;
             out.fence = {lock, f.token, f.updated_ms, std::nullopt};
         }
-        // The floors after the own fence: both only go up, so the answer is the effective
-        // fence as of some moment during this read.
-        if (has_floors_.load(std::memory_order_acquire)) {
-            std::shared_lock guard(floors_mutex_);
-            if (auto e = floors_.effective(lock, own); e.floor)
-                out.fence = {lock, e.floor->token, e.floor->updated_at_ms,
-                             std::string(e.floor->prefix)};
-        }
+        if (auto e = over.effective(lock, own); e.floor)
+            out.fence = {lock, e.floor->token, e.floor->updated_at_ms,
+                         std::string(e.floor->prefix)};
         if (!own && !out.fence.floor) {
             out.error = errc::not_found;
             out.message = "no fence for lock '" + lock + "'";

@@ -467,3 +467,43 @@ TEST_CASE("objects_dir: directories are created as needed and reclaimed only whe
     CHECK(sync_failures == 1);
     ::close(root);
 }
+
+TEST_CASE("index: the floors over a lock, read in one snapshot with its fence") {
+    temp_dir d;
+    index_writer w;
+    REQUIRE(w.open(path_in(d), 1024).rc == index_ok);
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_fence("jobs/a", 3, 1) == index_ok);
+    for (const char* p : {"", "j", "jobs/", "jobs/a", "jobs/ab", "jobs/b", "k"})
+        REQUIRE(w.put_floor(p, 10, 1) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    index_reader r;
+    REQUIRE(r.open(path_in(d)) == index_ok);
+    auto over = [&](std::string_view lock) {
+        std::vector<fk::fence::floor_entry> rows;
+        REQUIRE(r.floors_over(lock, rows) == index_done);
+        std::vector<std::string> out;
+        for (auto& f : rows)
+            out.push_back(f.prefix);
+        return out;
+    };
+    CHECK(over("jobs/a") == std::vector<std::string>{"", "j", "jobs/", "jobs/a"});
+    CHECK(over("x") == std::vector<std::string>{""});
+
+    // Inside a read transaction, a floor and a fence committed meanwhile are not seen.
+    REQUIRE(r.begin_read() == index_ok);
+    fence_row f;
+    REQUIRE(r.get_fence("jobs/a", f) == index_row);
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_fence("jobs/a", 20, 2) == index_ok);
+    REQUIRE(w.put_floor("jobs/a/", 30, 2) == index_ok);
+    REQUIRE(w.put_floor("jobs", 40, 2) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    REQUIRE(r.get_fence("jobs/a", f) == index_row);
+    CHECK(f.token == 3);
+    CHECK(over("jobs/a").size() == 4);
+    r.end_read();
+    REQUIRE(r.get_fence("jobs/a", f) == index_row);
+    CHECK(f.token == 20);
+    CHECK(over("jobs/a") == std::vector<std::string>{"", "j", "jobs", "jobs/", "jobs/a"});
+}

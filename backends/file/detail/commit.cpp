@@ -391,6 +391,9 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             }
             if (writer_.put_floor(p.lock, p.token, ms) != index_ok)
                 return index_failed("writing a fence floor");
+            // Before the COMMIT: a fence read that finds it unset knows its snapshot of the
+            // index has no floor (read_fence).
+            has_floors_.store(true);
             r.token = p.token;
             if (record(p) != index_ok)
                 return index_failed("writing an idempotency record");
@@ -565,7 +568,6 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             // see them.
             std::unique_lock floors_guard(floors_mutex_);
             floors_ = std::move(*staged_floors);
-            has_floors_.store(!floors_.empty(), std::memory_order_release);
         }
         FK_FAILPOINT("after_index_commit");
         for (auto& p : batch) {

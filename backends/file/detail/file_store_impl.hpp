@@ -20,7 +20,8 @@
 // never paired with another version's metadata.
 // floors_mutex_: the committer owns the fence floors (floors_) and decides every write
 // against them in its batch; it holds this exclusively only to install the floors a batch
-// committed, and fence reads, floor listings and the fast stale checks hold it shared.
+// committed, and floor listings and the fast stale checks hold it shared. Fence reads
+// take the floors from the index, in the snapshot they read the fence from.
 
 #include "backends/fence_cache.hpp"
 #include "backends/file/detail/index.hpp"
@@ -241,8 +242,9 @@ private:
     // The committed fence floors, as in the index's floors table (docs/file-store.md, "Fence
     // floors"). Written only by the committer (and open) under the exclusive floors_mutex_,
     // after the COMMIT that made them durable; the committer reads them without the lock,
-    // every other thread under the shared lock. has_floors_: floors_ is not empty (it
-    // never becomes empty again), so that the fast paths skip the lock while there are none.
+    // every other thread under the shared lock. has_floors_: the index may hold a floor
+    // (set at open, or by the committer before the COMMIT of the first raise; never reset),
+    // so that reads and the fast paths skip the floors entirely while there are none.
     fence::floor_set floors_;
     mutable std::shared_mutex floors_mutex_;
     std::atomic<bool> has_floors_{false};

@@ -392,6 +392,43 @@ int index_connection::list_floors(std::vector<fence::floor_entry>& out) {
     return SQLITE_DONE;
 }
 
+int index_connection::floors_over(std::string_view lock, std::vector<fence::floor_entry>& out) {
+    if (!floors_over_) {
+        // Every floor over `lock` sorts at or before it; at most store::max_floors rows.
+        if (int rc = prepare(floors_over_, "SELECT prefix, token, updated_at_ms FROM floors "
+                                           "WHERE prefix <= ?1 ORDER BY prefix");
+            rc != SQLITE_OK)
+            return rc;
+    }
+    reset_on_exit guard{floors_over_};
+    bind_text(floors_over_, 1, lock);
+    int rc;
+    while ((rc = sqlite3_step(floors_over_)) == SQLITE_ROW) {
+        std::string prefix = column_text(floors_over_, 0);
+        if (lock.substr(0, prefix.size()) == prefix)
+            out.push_back(fence::floor_entry{std::move(prefix),
+                                             sqlite3_column_int64(floors_over_, 1),
+                                             sqlite3_column_int64(floors_over_, 2)});
+    }
+    if (rc != SQLITE_DONE)
+        return fail(rc, "reading fence floors");
+    return SQLITE_DONE;
+}
+
+int index_connection::begin_read() {
+    if (int rc = read_begin_ ? SQLITE_OK : prepare(read_begin_, "BEGIN DEFERRED"); rc != SQLITE_OK)
+        return rc;
+    if (int rc = read_end_ ? SQLITE_OK : prepare(read_end_, "COMMIT"); rc != SQLITE_OK)
+        return rc;
+    const int rc = run_once(read_begin_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "BEGIN");
+}
+
+void index_connection::end_read() noexcept {
+    if (read_end_ && !sqlite3_get_autocommit(db_))
+        run_once(read_end_);
+}
+
 int index_reader::open(const std::string& path) {
     return index_connection::open(path, SQLITE_OPEN_READONLY, 4096);
 }

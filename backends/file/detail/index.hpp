@@ -99,6 +99,12 @@ public:
     // Every fence floor (docs/file-store.md, "Fence floors"), appended to `out` in bytewise
     // order of prefix; SQLITE_DONE when read.
     int list_floors(std::vector<fence::floor_entry>& out);
+    // The floors whose prefix `lock` starts with, appended to `out`; SQLITE_DONE when read.
+    int floors_over(std::string_view lock, std::vector<fence::floor_entry>& out);
+    // A read transaction (not on the writer inside its own): the reads until end_read()
+    // see one snapshot. SQLITE_OK when begun; end_read() after every successful begin.
+    int begin_read();
+    void end_read() noexcept;
 
 protected:
     int open(const std::string& path, int flags, int cache_kib);
@@ -115,6 +121,9 @@ private:
     sqlite3_stmt* list_ = nullptr;
     sqlite3_stmt* get_idem_ = nullptr;
     sqlite3_stmt* list_floors_ = nullptr;
+    sqlite3_stmt* floors_over_ = nullptr;
+    sqlite3_stmt* read_begin_ = nullptr;
+    sqlite3_stmt* read_end_ = nullptr;
     std::vector<sqlite3_stmt*> owned_;
 };
 

@@ -135,7 +135,7 @@ std::optional<open_error> file_store::load_floors() {
     std::unique_lock guard(floors_mutex_);
     for (auto& f : rows)
         floors_.load(std::move(f));
-    has_floors_.store(!floors_.empty(), std::memory_order_release);
+    has_floors_.store(!floors_.empty());
     return std::nullopt;
 }
 
