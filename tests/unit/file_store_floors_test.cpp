@@ -319,3 +319,64 @@ TEST_CASE("floors: a batch decides in order against the floors of its earlier ra
     CHECK(run(f.io, f.s->get("free/a", true)).body == "free");
     CHECK(f.read("jobs/b").fence.token == 10);
 }
+
+// Raises, writes, fence reads, listings and the cache's fast path at once: the pool's
+// readers and the I/O thread read the floors while the committer installs them (run under
+// ThreadSanitizer too). Every answer agrees with the rule as of some moment.
+TEST_CASE("floors: raises, writes and reads at once") {
+    fixture f;
+    constexpr int rounds = 40;
+    std::vector<std::optional<write_result>> writes(rounds * 3), raises(rounds);
+    std::vector<std::optional<fence_result>> reads(rounds);
+    std::vector<std::optional<floors_result>> lists(rounds);
+    REQUIRE(f.raise("c/", 5).error == errc::ok); // every read finds at least this
+    for (int i = 0; i < rounds; ++i) {
+        const token_t t = 10 * (i + 1);
+        net::co_spawn(f.io, f.s->raise_floor({"c/", t, std::nullopt}),
+                      [&raises, i](std::exception_ptr, write_result r) { raises[i] = r; });
+        for (int j = 0; j < 3; ++j) {
+            const std::string lock = "c/" + std::to_string(j);
+            const token_t wt = t + 5 - 10 * j; // above, a little below, well below
+            auto done = [&writes, k = i * 3 + j](std::exception_ptr, write_result r) {
+                writes[k] = r;
+            };
+            if (j == 1)
+                net::co_spawn(f.io, f.s->advance_fence({lock, wt, std::nullopt}), done);
+            else
+                net::co_spawn(f.io, f.s->put(put_req(lock, lock, wt, "v")), done);
+        }
+        net::co_spawn(f.io, f.s->read_fence("c/" + std::to_string(i % 3)),
+                      [&reads, i](std::exception_ptr, fence_result r) { reads[i] = r; });
+        net::co_spawn(f.io, f.s->list_floors(),
+                      [&lists, i](std::exception_ptr, floors_result r) { lists[i] = r; });
+    }
+    f.io.restart();
+    f.io.run();
+    for (auto& r : raises) {
+        REQUIRE(r);
+        CHECK(r->error == errc::ok); // queued in order: each goes up
+    }
+    for (auto& w : writes) {
+        REQUIRE(w);
+        CHECK((w->error == errc::ok || w->error == errc::stale_token));
+        if (w->error == errc::stale_token) {
+            CHECK(w->current_token > 0);
+            CHECK((!w->floor || *w->floor == "c/"));
+        }
+    }
+    for (auto& r : reads) {
+        REQUIRE(r);
+        CHECK(r->error == errc::ok);
+        CHECK((!r->fence.floor || *r->fence.floor == "c/"));
+    }
+    for (auto& l : lists) {
+        REQUIRE(l);
+        CHECK(l->error == errc::ok);
+        CHECK(l->floors.size() == 1);
+    }
+    CHECK(f.floors().front().token == 10 * rounds);
+    for (int j = 0; j < 3; ++j) {
+        const auto r = f.read("c/" + std::to_string(j));
+        CHECK(r.fence.token >= 10 * rounds);
+    }
+}
