@@ -312,6 +312,27 @@ TEST_CASE("map_read_fence: the floor sets the fence when it is above the own one
     CHECK(pg::map_read_fence(table({null, null, null, null, null}), "L").error == errc::not_found);
 }
 
+TEST_CASE("map_raise_floor: 503 before the Sync left, 504 after, a server error is definite") {
+    const auto req = floor_req("p", 5);
+    pg::exec_outcome unsent;
+    unsent.t = pg::exec_outcome::transport::failed_unsent;
+    CHECK(pg::map_raise_floor(unsent, req).result.error == errc::unavailable);
+    pg::exec_outcome lost;
+    lost.t = pg::exec_outcome::transport::failed_after_send;
+    CHECK(pg::map_raise_floor(lost, req).result.error == errc::outcome_unknown);
+    lost.t = pg::exec_outcome::transport::timeout_after_send;
+    CHECK(pg::map_raise_floor(lost, req).result.error == errc::outcome_unknown);
+    // A server error rolled it back, whatever happened to the connection afterwards.
+    pg::result_table err;
+    err.st = pg::result_table::status::error;
+    err.sqlstate = "57014"; // statement_timeout while waiting for the lock
+    lost.results = {err};
+    CHECK(pg::map_raise_floor(lost, req).result.error == errc::unavailable);
+    err.sqlstate = "FKR01";
+    lost.results = {err};
+    CHECK(pg::map_raise_floor(lost, req).retry);
+}
+
 TEST_CASE("postgres floors: raise, refuse equal and lower, list bytewise, read_fence") {
     auto url = pg_url();
     if (!url)
