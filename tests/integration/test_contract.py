@@ -617,11 +617,15 @@ def floors_of(c):
     return {f["prefix"]: f["token"] for f in b["floors"]}, [f["prefix"] for f in b["floors"]]
 
 
-def expect_floor_stale(r, lock, token, current, floor, what):
+def expect_floor_stale(r, lock, token, current, floor, what, cached=False):
     """A 409 stale_token of a write below the effective fence; `floor` is the prefix the
-    body must name, or None when the lock's own fence refused it."""
+    body must name, or None when the lock's own fence refused it. `cached`: the Postgres
+    store may answer from its fence cache, which keeps the effective fence but not the
+    floor's name (docs/api.md#fence-floors), so there the floor may be absent."""
     b = expect_error(r, 409, "stale_token", what)
     eq((b.get("lock"), b.get("token"), b.get("current_token")), (lock, token, current), what + ": 409 body")
+    if cached and floor is not None and "floor" not in b:
+        return b
     eq(b.get("floor"), floor, what + ": floor named in the 409")
     return b
 
@@ -697,16 +701,18 @@ def test_floor_rejects_writes_below_it(store):
 
     # A lock never fenced: every write route below the floor is 409, naming the floor.
     expect_floor_stale(p.put("jobs/new", b"z", token=49), "jobs/new", 49, 50, "jobs/", "PUT, never fenced")
-    expect_floor_stale(p.delete("jobs/new", token=1), "jobs/new", 1, 50, "jobs/", "DELETE, never fenced")
-    expect_floor_stale(p.put_fence("jobs/new", 10), "jobs/new", 10, 50, "jobs/", "PUT fence, never fenced")
+    # (On Postgres, a second rejection on a lock may come from the fence cache.)
+    pg = store.kind == "postgres"
+    expect_floor_stale(p.delete("jobs/new", token=1), "jobs/new", 1, 50, "jobs/", "DELETE, never fenced", pg)
+    expect_floor_stale(p.put_fence("jobs/new", 10), "jobs/new", 10, 50, "jobs/", "PUT fence, never fenced", pg)
     expect_floor_stale(p.put("k", b"z", token=0, lock="jobs/viaheader"), "jobs/viaheader", 0, 50, "jobs/",
                        "PUT under Fencing-Lock, never fenced")
     assert_absent(p, "jobs/new")
     assert_absent(p, "k")
     # A fenced lock whose own fence is below the floor.
     expect_floor_stale(p.put("jobs/a", b"zombie", token=5), "jobs/a", 5, 50, "jobs/", "PUT, own fence 5")
-    expect_floor_stale(p.delete("jobs/a", token=49), "jobs/a", 49, 50, "jobs/", "DELETE, own fence 5")
-    expect_floor_stale(p.put_fence("jobs/a", 6), "jobs/a", 6, 50, "jobs/", "PUT fence, own fence 5")
+    expect_floor_stale(p.delete("jobs/a", token=49), "jobs/a", 49, 50, "jobs/", "DELETE, own fence 5", pg)
+    expect_floor_stale(p.put_fence("jobs/a", 6), "jobs/a", 6, 50, "jobs/", "PUT fence, own fence 5", pg)
     eq(p.get("jobs/a").body, b"before", "nothing written below the floor")
     # A lock whose own fence is above the floor: its fence refuses, the floor is not named.
     expect_floor_stale(p.put("jobs/high", b"z", token=60), "jobs/high", 60, 90, None, "own fence above the floor")
@@ -824,7 +830,7 @@ def test_floor_through_another_proxy():
         expect_status(put_floor(a, "two/", 20), 200, "floor through A")
         # Between the own fence (10, cached by B) and the floor (20): refused by B.
         expect_floor_stale(cb.put("two/a", b"zombie", token=15), "two/a", 15, 20, "two/", "B, fenced lock")
-        expect_floor_stale(cb.delete("two/a", token=10), "two/a", 10, 20, "two/", "B, DELETE")
+        expect_floor_stale(cb.delete("two/a", token=10), "two/a", 10, 20, "two/", "B, DELETE", cached=True)
         expect_floor_stale(cb.put_fence("two/b", 19), "two/b", 19, 20, "two/", "B, PUT fence")
         expect_floor_stale(cb.put("two/c", b"z", token=1), "two/c", 1, 20, "two/", "B, never fenced")
         # Below B's cached fence too: still 409 (whatever fence the reply quotes).

@@ -1197,11 +1197,15 @@ def test_operation_below_a_fence_floor():
         expect_status(call_op(c, "note", '{"params":["ops/fenced", 5]}', token=5, lock="ops/fenced"), 200)
         r = c.request("PUT", "/v1/floors?prefix=ops%2F", headers={"Fencing-Token": "50"})
         expect_status(r, 200, "PUT floor")
-        for lock, token in (("ops/fenced", 5), ("ops/fenced", 49), ("ops/never", 1)):
+        # The second refusal on ops/fenced may come from the fence cache, which keeps the
+        # effective fence but not the floor's name (docs/api.md#fence-floors).
+        for lock, token, named in (("ops/fenced", 5, True), ("ops/fenced", 49, False), ("ops/never", 1, True)):
             b = expect_error(call_op(c, "note", '{"params":["%s", %d]}' % (lock, token), token=token, lock=lock),
                              409, "stale_token", "operation under %s with %d" % (lock, token))
-            eq((b.get("lock"), b.get("token"), b.get("current_token"), b.get("floor")),
-               (lock, token, 50, "ops/"), "409 body of an operation below the floor")
+            eq((b.get("lock"), b.get("token"), b.get("current_token")), (lock, token, 50),
+               "409 body of an operation below the floor")
+            if named or "floor" in b:
+                eq(b.get("floor"), "ops/", "the floor named in the 409")
         eq(fk.psql("SELECT count(*) FROM %s.log" % s).strip(), "1", "no operation ran below the floor")
         r = call_op(c, "note", '{"params":["ops/never", 50]}', token=50, lock="ops/never")
         expect_status(r, 200, "operation at the floor")
