@@ -21,23 +21,44 @@ using ms = std::chrono::milliseconds;
 
 TEST_CASE("round_trip keeps the fastest exchange and says when to log") {
     pg::round_trip rt(50ms, 1ms);
+    const std::string a = "10.0.0.1:5432";
     CHECK(rt.fastest() == std::chrono::steady_clock::duration::zero());
     CHECK(rt.overlap_after() == 50ms); // unknown: batch_overlap_ms
-    CHECK(rt.observe(5ms));            // first: logged
+    CHECK(rt.observe(a, 5ms));         // first: logged
     CHECK(rt.far());
     CHECK(rt.overlap_after() == 2500us); // far: half a round trip
-    CHECK_FALSE(rt.observe(8ms));        // slower: a busy moment, ignored
+    CHECK_FALSE(rt.observe(a, 8ms));     // slower: a busy moment, ignored
     CHECK(rt.fastest() == 5ms);
-    CHECK_FALSE(rt.observe(3ms)); // faster, still far: kept, not logged
+    CHECK_FALSE(rt.observe(a, 3ms)); // faster, still far: kept, not logged
     CHECK(rt.fastest() == 3ms);
-    CHECK(rt.observe(500us)); // turned near: logged
+    CHECK(rt.observe(a, 500us)); // turned near: logged
     CHECK_FALSE(rt.far());
     CHECK(rt.overlap_after() == 50ms);
 
     pg::round_trip off(50ms, 0ms); // far_round_trip_ms 0 turns "far" off
-    CHECK(off.observe(200ms));
+    CHECK(off.observe(a, 200ms));
     CHECK_FALSE(off.far());
     CHECK(off.overlap_after() == 50ms);
+}
+
+TEST_CASE("round_trip starts over when a new connection reached another server") {
+    // A failover through a multi-host URI: the pool's connections now reach the promoted
+    // standby. Its round trip replaces the old server's, even when it is slower.
+    pg::round_trip rt(50ms, 1ms);
+    CHECK(rt.observe("10.0.0.1:5432", 200us)); // near primary
+    CHECK_FALSE(rt.far());
+    CHECK(rt.observe("10.0.9.9:5432", 20ms)); // the failover landed on a far server: logged
+    CHECK(rt.far());
+    CHECK(rt.fastest() == 20ms);
+    CHECK(rt.overlap_after() == 10ms);
+    CHECK_FALSE(rt.observe("10.0.9.9:5432", 30ms)); // same server, busier: ignored
+    CHECK(rt.fastest() == 20ms);
+    CHECK(rt.observe("10.0.0.1:5432", 300us)); // and back to a near one
+    CHECK_FALSE(rt.far());
+    CHECK(rt.fastest() == 300us);
+    // The same address on another port is another server.
+    CHECK(rt.observe("10.0.0.1:5433", 400us));
+    CHECK(rt.fastest() == 400us);
 }
 
 TEST_CASE("reconnect backoff doubles from 100 ms to 5 s, jittered in its upper half") {
