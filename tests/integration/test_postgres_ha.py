@@ -136,7 +136,7 @@ class Load:
                         self._fence(c, who, lock, token)
                 finally:
                     zombies.release(r, lock, owner)
-                time.sleep(0.01)   # a steady load, not a flood: the history is checked often
+                time.sleep(0.03)   # a steady load, not a flood: the history is checked often
 
     def _zombie(self, who):
         rnd = random.Random(who)
@@ -153,7 +153,7 @@ class Load:
                     continue
                 seq += 1
                 self._put(c, who, lock, rnd.choice(self.keys[lock]), rnd.choice(old[-20:]), seq)
-                time.sleep(0.02)
+                time.sleep(0.05)
 
     # --- what the history says ---------------------------------------------------
     def acked_since(self, t):
@@ -344,7 +344,7 @@ def test_async_failover_loss_and_floor():
             run.pair.cut_replication()
             t = time.monotonic()
             while load.acked_since(t) < 20 and time.monotonic() < t + 10:
-                time.sleep(0.02)
+                time.sleep(0.05)
             load.stop()
 
         run.failover(before=cut_and_wait)

@@ -5,6 +5,7 @@
 #include "backends/postgres/pool.hpp"
 #include "backends/postgres/round_trip.hpp"
 #include "backends/postgres/schema.hpp"
+#include "backends/postgres/uri_check.hpp"
 #include "backends/postgres/write_batcher.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -59,6 +60,18 @@ TEST_CASE("round_trip starts over when a new connection reached another server")
     // The same address on another port is another server.
     CHECK(rt.observe("10.0.0.1:5433", 400us));
     CHECK(rt.fastest() == 400us);
+}
+
+TEST_CASE("multi-host URIs for a primary and its standbys pass the store URL check") {
+    // docs/postgres.md "High availability": libpq tries the hosts in order and, with
+    // target_session_attrs=read-write (or primary), keeps the one that takes writes.
+    CHECK_FALSE(pg::check_conninfo("postgresql://app@10.0.0.1:5432,10.0.0.2:5432/appdb"
+                                   "?target_session_attrs=read-write"));
+    CHECK_FALSE(pg::check_conninfo("postgresql://app@db1,db2,db3/appdb?target_session_attrs=primary"
+                                   "&connect_timeout=2"));
+    CHECK_FALSE(pg::check_conninfo("host=db1,db2 port=5432,5433 dbname=appdb "
+                                   "target_session_attrs=read-write"));
+    CHECK(pg::check_conninfo("postgresql://app@db1,db2/appdb?no_such_option=1"));
 }
 
 TEST_CASE("reconnect backoff doubles from 100 ms to 5 s, jittered in its upper half") {
