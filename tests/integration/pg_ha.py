@@ -20,6 +20,7 @@ replication connection goes through a delay_proxy.DelayProxy, whose cut() makes 
 standby miss what the primary acknowledges from then on: a real loss window.
 """
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ import delay_proxy
 import fk
 
 DB = "fencekeeper_test"
+_template_dir = None
 
 
 class Node:
@@ -62,8 +64,7 @@ class HaPair:
         self.failovers = 0
         self.rewinds = 0               # rebuilds done by pg_rewind (the others: pg_basebackup)
         self.rewind_failures = []      # what pg_rewind and the server said when it did not do
-        self._run([self.initdb, "-D", self.primary.data, "-A", "trust", "-U", "postgres",
-                   "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--wal-segsize=1"])
+        self._run(["cp", "-a", self._template(), self.primary.data])
         with open(os.path.join(self.primary.data, "postgresql.conf"), "a") as f:
             f.write("\n# pg_ha.py\n"
                     "listen_addresses = '127.0.0.1'\n"
@@ -85,6 +86,20 @@ class HaPair:
         self.rebuild()
 
     # --- plumbing ----------------------------------------------------------------
+    def _template(self):
+        """A fresh initdb, made once per process and copied for every pair (initdb takes
+        seconds on a busy machine, a copy a fraction of one)."""
+        global _template_dir
+        if _template_dir is None:
+            d = tempfile.mkdtemp(prefix="fk-pgha-template-")
+            if self.as_postgres:
+                shutil.chown(d, "postgres")
+            self._run([self.initdb, "-D", os.path.join(d, "data"), "-A", "trust", "-U", "postgres",
+                       "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--wal-segsize=1"])
+            atexit.register(shutil.rmtree, d, True)
+            _template_dir = d
+        return os.path.join(_template_dir, "data")
+
     def _run(self, cmd, check=True, timeout=120):
         if self.as_postgres:
             cmd = ["runuser", "-u", "postgres", "--"] + cmd

@@ -240,7 +240,7 @@ class Run:
         for the first 2xx on the new primary. Returns (kill time, promotion time)."""
         t = time.monotonic()
         deadline = t + 30
-        while self.load.acked_since(t) < 15:
+        while self.load.acked_since(t) < 10:
             fk.check(time.monotonic() < deadline, "the load made no progress in 30 s")
             time.sleep(0.05)
         if before:

@@ -85,8 +85,6 @@ public:
     // "address:port" of the server this connection reached (the host libpq picked from a
     // multi-host URI): which server a round trip was measured on.
     const std::string& server() const noexcept { return server_; }
-    // The server refused a write because it is read-only (25006) or reported it is.
-    bool read_only() const noexcept { return read_only_; }
 
     // Per connection: which user operations are prepared here (by index).
     std::vector<bool> op_prepared;
