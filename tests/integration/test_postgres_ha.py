@@ -388,9 +388,10 @@ def test_async_failover_loss_and_floor():
             # repair script does: a token issued but never acknowledged is still a zombie's).
             floor = max([acked_max] + [t for ts in load.tokens.values() for t in ts]) + 1
             r = put_floor(c, load.prefix, floor)
-            if r.status in (404, 405):
-                raise fk.Skip("PUT /v1/floors answered %d: this binary has no fence floors (issue 33 "
-                              "part 2); the loss above was measured, the floor repair not shown" % r.status)
+            if r.status in (404, 405) or (r.status == 503 and b"not implemented" in r.body):
+                raise fk.Skip("PUT /v1/floors answered %d: this binary has no fence floors on the "
+                              "postgres store (issue 33 part 2); the loss above was measured, the "
+                              "floor repair not shown" % r.status)
             fk.expect_status(r, 200, "PUT /v1/floors")
             refused = 0
             for l in load.locks:
