@@ -9,18 +9,23 @@
 
 namespace fk::store::pg {
 
-bool round_trip::observe(duration took) noexcept {
+bool round_trip::observe(std::string_view server, duration took) {
     const std::int64_t ns = std::max<std::int64_t>(
         1, std::chrono::duration_cast<std::chrono::nanoseconds>(took).count());
-    std::int64_t old = ns_.load(std::memory_order_relaxed);
-    while ((old == 0 || ns < old) && !ns_.compare_exchange_weak(old, ns, std::memory_order_relaxed))
-        ;
-    if (old != 0 && ns >= old)
+    const std::lock_guard lock(mutex_);
+    const std::int64_t old = ns_.load(std::memory_order_relaxed);
+    if (old == 0 || server != server_) {
+        // First measurement, or the pool now talks to another server: what was measured
+        // before says nothing about this one.
+        server_.assign(server);
+        ns_.store(ns, std::memory_order_relaxed);
+        return true;
+    }
+    if (ns >= old)
         return false;
-    const auto is_far = [this](std::int64_t v) {
-        return detail::is_far(far_, std::chrono::nanoseconds(v));
-    };
-    return old == 0 || is_far(old) != is_far(ns);
+    ns_.store(ns, std::memory_order_relaxed);
+    return detail::is_far(far_, std::chrono::nanoseconds(old)) !=
+           detail::is_far(far_, std::chrono::nanoseconds(ns));
 }
 
 round_trip::duration round_trip::fastest() const noexcept {
@@ -41,12 +46,13 @@ net::awaitable<std::string> round_trip::measure(detail::connection& c, detail::m
     if (ping.t != exec_outcome::transport::ok)
         co_return "round trip: " +
             (ping.error.empty() ? std::string("connection lost") : ping.error);
-    if (!observe(std::chrono::steady_clock::now() - start))
+    if (!observe(c.server(), std::chrono::steady_clock::now() - start))
         co_return std::string();
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(fastest()).count();
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(overlap_after());
     logging::write(logging::level::info, "postgres round trip",
                    {{"endpoint", c.endpoint()},
+                    {"server", c.server()},
                     {"round_trip_ms", static_cast<double>(ns) / 1e6},
                     {"far", far()},
                     {"second_batch_after_ms", static_cast<double>(after.count()) / 1e3}});

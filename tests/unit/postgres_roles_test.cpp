@@ -5,6 +5,7 @@
 #include "backends/postgres/pool.hpp"
 #include "backends/postgres/round_trip.hpp"
 #include "backends/postgres/schema.hpp"
+#include "backends/postgres/uri_check.hpp"
 #include "backends/postgres/write_batcher.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -21,23 +22,56 @@ using ms = std::chrono::milliseconds;
 
 TEST_CASE("round_trip keeps the fastest exchange and says when to log") {
     pg::round_trip rt(50ms, 1ms);
+    const std::string a = "10.0.0.1:5432";
     CHECK(rt.fastest() == std::chrono::steady_clock::duration::zero());
     CHECK(rt.overlap_after() == 50ms); // unknown: batch_overlap_ms
-    CHECK(rt.observe(5ms));            // first: logged
+    CHECK(rt.observe(a, 5ms));         // first: logged
     CHECK(rt.far());
     CHECK(rt.overlap_after() == 2500us); // far: half a round trip
-    CHECK_FALSE(rt.observe(8ms));        // slower: a busy moment, ignored
+    CHECK_FALSE(rt.observe(a, 8ms));     // slower: a busy moment, ignored
     CHECK(rt.fastest() == 5ms);
-    CHECK_FALSE(rt.observe(3ms)); // faster, still far: kept, not logged
+    CHECK_FALSE(rt.observe(a, 3ms)); // faster, still far: kept, not logged
     CHECK(rt.fastest() == 3ms);
-    CHECK(rt.observe(500us)); // turned near: logged
+    CHECK(rt.observe(a, 500us)); // turned near: logged
     CHECK_FALSE(rt.far());
     CHECK(rt.overlap_after() == 50ms);
 
     pg::round_trip off(50ms, 0ms); // far_round_trip_ms 0 turns "far" off
-    CHECK(off.observe(200ms));
+    CHECK(off.observe(a, 200ms));
     CHECK_FALSE(off.far());
     CHECK(off.overlap_after() == 50ms);
+}
+
+TEST_CASE("round_trip starts over when a new connection reached another server") {
+    // A failover through a multi-host URI: the pool's connections now reach the promoted
+    // standby. Its round trip replaces the old server's, even when it is slower.
+    pg::round_trip rt(50ms, 1ms);
+    CHECK(rt.observe("10.0.0.1:5432", 200us)); // near primary
+    CHECK_FALSE(rt.far());
+    CHECK(rt.observe("10.0.9.9:5432", 20ms)); // the failover landed on a far server: logged
+    CHECK(rt.far());
+    CHECK(rt.fastest() == 20ms);
+    CHECK(rt.overlap_after() == 10ms);
+    CHECK_FALSE(rt.observe("10.0.9.9:5432", 30ms)); // same server, busier: ignored
+    CHECK(rt.fastest() == 20ms);
+    CHECK(rt.observe("10.0.0.1:5432", 300us)); // and back to a near one
+    CHECK_FALSE(rt.far());
+    CHECK(rt.fastest() == 300us);
+    // The same address on another port is another server.
+    CHECK(rt.observe("10.0.0.1:5433", 400us));
+    CHECK(rt.fastest() == 400us);
+}
+
+TEST_CASE("multi-host URIs for a primary and its standbys pass the store URL check") {
+    // docs/postgres.md "High availability": libpq tries the hosts in order and, with
+    // target_session_attrs=read-write (or primary), keeps the one that takes writes.
+    CHECK_FALSE(pg::check_conninfo("postgresql://app@10.0.0.1:5432,10.0.0.2:5432/appdb"
+                                   "?target_session_attrs=read-write"));
+    CHECK_FALSE(pg::check_conninfo("postgresql://app@db1,db2,db3/appdb?target_session_attrs=primary"
+                                   "&connect_timeout=2"));
+    CHECK_FALSE(pg::check_conninfo("host=db1,db2 port=5432,5433 dbname=appdb "
+                                   "target_session_attrs=read-write"));
+    CHECK(pg::check_conninfo("postgresql://app@db1,db2/appdb?no_such_option=1"));
 }
 
 TEST_CASE("reconnect backoff doubles from 100 ms to 5 s, jittered in its upper half") {

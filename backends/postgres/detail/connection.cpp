@@ -3,12 +3,16 @@
 // invariants about the socket and the exchange in progress.
 #include "backends/postgres/detail/connection.hpp"
 
+#include "backends/log/logging.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <libpq-fe.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 
@@ -92,6 +96,22 @@ void on_notice(void* broken, const PGresult* r) {
     const char* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
     if (severity && (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0))
         *static_cast<bool*>(broken) = true;
+}
+
+bool status_on(PGconn* c, const char* parameter) {
+    const char* v = PQparameterStatus(c, parameter);
+    return v && std::strcmp(v, "on") == 0;
+}
+
+// Why the server this session reached takes no writes, or nullptr. Postgres 14+ reports
+// both parameters at connect and whenever they change; older servers report neither, and
+// their first write answers 25006 instead.
+const char* read_only_reason(PGconn* c) {
+    if (status_on(c, "in_hot_standby"))
+        return "the server is a hot standby (in_hot_standby = on)";
+    if (status_on(c, "default_transaction_read_only"))
+        return "the server is read-only (default_transaction_read_only = on)";
+    return nullptr;
 }
 
 std::string last_error(PGconn* c) {
@@ -260,6 +280,17 @@ net::awaitable<std::string> connection::connect(std::string conninfo, millis tim
         endpoint_ += std::string(":") + p;
     if (const char* d = PQdb(c))
         endpoint_ += std::string("/") + d;
+    const char* addr = PQhostaddr(c);
+    server_ = addr && *addr ? addr : (PQhost(c) ? PQhost(c) : "");
+    if (const char* p = PQport(c))
+        server_ += std::string(":") + p;
+    if (error.empty())
+        if (const char* why = read_only_reason(c)) {
+            read_only_ = true;
+            error = std::string(why) +
+                    "; fencekeeper needs the primary: list every server in the URI with "
+                    "target_session_attrs=read-write";
+        }
     if (!error.empty()) {
         broken_ = true;
         co_return error;
@@ -342,7 +373,32 @@ net::awaitable<exec_outcome> connection::finish_exchange(bool pipeline) {
         out.error = last_error(c);
         broken_ = true;
     }
+    check_read_only(out);
     co_return out;
+}
+
+void connection::check_read_only(const exec_outcome& out) noexcept {
+    if (read_only_)
+        return;
+    const char* why = nullptr;
+    for (const auto& r : out.results)
+        if (r.sqlstate == "25006")
+            why = "the server refused a write: read-only transaction (SQLSTATE 25006)";
+    if (!why)
+        why = read_only_reason(conn_.get());
+    if (!why)
+        return;
+    // Never reused: the server is a standby or was made read-only (a failover in
+    // progress, or an orchestrator fencing it). The request's own answer is 503 (a
+    // server error: nothing was applied); the pool connects anew, and with
+    // target_session_attrs=read-write libpq finds the primary.
+    read_only_ = true;
+    broken_ = true;
+    try {
+        logging::write(logging::level::warn, "postgres server is read-only; connection dropped",
+                       {{"endpoint", endpoint_}, {"server", server_}, {"reason", why}});
+    } catch (...) {
+    }
 }
 
 net::awaitable<exec_outcome> connection::exec_simple(const std::string& text, millis timeout) {
@@ -450,7 +506,7 @@ net::awaitable<exec_outcome> connection::exec_pipeline(const std::vector<pipelin
 
 bool connection::reusable() const noexcept {
     PGconn* c = conn_.get();
-    return c && !broken_ && !timed_out_ && PQstatus(c) == CONNECTION_OK &&
+    return c && !broken_ && !read_only_ && !timed_out_ && PQstatus(c) == CONNECTION_OK &&
            PQtransactionStatus(c) == PQTRANS_IDLE && PQpipelineStatus(c) == PQ_PIPELINE_OFF &&
            !PQisBusy(c);
 }

@@ -50,6 +50,9 @@ public:
 
     // Connects to `conninfo` (a libpq URI or key=value string; PG* variables apply) within
     // `timeout`. Returns an empty string on success, else the reason (no credentials).
+    // A server that says it is read-only (in_hot_standby or default_transaction_read_only
+    // on, reported by Postgres 14+) is refused: fencekeeper writes, and a multi-host URI
+    // with target_session_attrs=read-write makes libpq skip such servers itself.
     net::awaitable<std::string> connect(std::string conninfo, millis timeout);
 
     // One statement in the simple query protocol (may hold several statements).
@@ -66,7 +69,9 @@ public:
                                                millis timeout);
 
     // Fit to go back to the pool: CONNECTION_OK, PQTRANS_IDLE, and no exchange was cut
-    // short (a timed-out or cancelled query leaves the session in an unknown state).
+    // short (a timed-out or cancelled query leaves the session in an unknown state). A
+    // connection whose server turned out read-only (SQLSTATE 25006, or the server reported
+    // default_transaction_read_only = on) is never reusable.
     bool reusable() const noexcept;
     // For an idle connection about to be used: reads whatever the server sent meanwhile
     // (a FATAL from pg_terminate_backend or a shutdown, EOF) without blocking; false when
@@ -77,6 +82,9 @@ public:
 
     // "host:port/db" for logs; never the password.
     const std::string& endpoint() const noexcept { return endpoint_; }
+    // "address:port" of the server this connection reached (the host libpq picked from a
+    // multi-host URI): which server a round trip was measured on.
+    const std::string& server() const noexcept { return server_; }
 
     // Per connection: which user operations are prepared here (by index).
     std::vector<bool> op_prepared;
@@ -93,6 +101,8 @@ private:
     // Sends what libpq queued, then collects results up to the end of the exchange.
     net::awaitable<exec_outcome> finish_exchange(bool pipeline);
     exec_outcome unsent_failure();
+    // After an exchange: a read-only answer marks the connection broken (logged once).
+    void check_read_only(const exec_outcome& out) noexcept;
 
     strand_type strand_;
     net::posix::stream_descriptor socket_;
@@ -101,8 +111,10 @@ private:
     int bound_fd_ = -1;
     bool timed_out_ = false;
     bool broken_ = false;
+    bool read_only_ = false;
     std::uint64_t generation_ = 0; // identifies the exchange a deadline belongs to
     std::string endpoint_;
+    std::string server_;
 };
 
 } // namespace fk::store::pg::detail
