@@ -24,20 +24,4 @@ net::awaitable<operation_result> store::run_operation(operation_request req) {
     co_return r;
 }
 
-// Interim, until both stores have floors (issue 33): made pure virtual when they land.
-net::awaitable<write_result> store::raise_floor(floor_request req) {
-    (void)req;
-    write_result r;
-    r.error = errc::unavailable;
-    r.message = "fence floors are not implemented by this store yet";
-    co_return r;
-}
-
-net::awaitable<floors_result> store::list_floors() {
-    floors_result r;
-    r.error = errc::unavailable;
-    r.message = "fence floors are not implemented by this store yet";
-    co_return r;
-}
-
 } // namespace fk::store

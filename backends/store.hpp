@@ -208,9 +208,9 @@ public:
     // prefix's floor when req.token is not above it (floors only go up); invalid_request
     // when max_floors floors exist and the prefix has none; the Idempotency-Key promises
     // as for a fence advance (the recorded outcome is the token).
-    virtual net::awaitable<write_result> raise_floor(floor_request req);
+    virtual net::awaitable<write_result> raise_floor(floor_request req) = 0;
     // GET /v1/floors.
-    virtual net::awaitable<floors_result> list_floors();
+    virtual net::awaitable<floors_result> list_floors() = 0;
 
     // Named SQL operations: only the Postgres store has them (404 elsewhere).
     virtual bool supports_operations() const noexcept { return false; }

@@ -18,7 +18,7 @@ fk.History (2xx = acknowledged, 409/503 = not applied, 504 and errors = unknown)
     on acknowledging: prints how many acknowledged fences and writes were lost, shows a
     zombie let in by the loss, and that a fence floor (PUT /v1/floors) above every
     acknowledged token, with the Redis counters moved above it, stops every zombie while
-    a new holder writes. Skipped (with a message) when the binary has no floors yet.
+    a new holder writes.
   - read-only servers: a URI naming only the standby, or the standby first without
     target_session_attrs, gets 503 for writes and nothing is written; with
     target_session_attrs=read-write the same hosts reach the primary; a primary made
@@ -388,10 +388,6 @@ def test_async_failover_loss_and_floor():
             # repair script does: a token issued but never acknowledged is still a zombie's).
             floor = max([acked_max] + [t for ts in load.tokens.values() for t in ts]) + 1
             r = put_floor(c, load.prefix, floor)
-            if r.status in (404, 405) or (r.status == 503 and b"not implemented" in r.body):
-                raise fk.Skip("PUT /v1/floors answered %d: this binary has no fence floors on the "
-                              "postgres store (issue 33 part 2); the loss above was measured, the "
-                              "floor repair not shown" % r.status)
             fk.expect_status(r, 200, "PUT /v1/floors")
             refused = 0
             for l in load.locks:
