@@ -40,7 +40,7 @@ say() { echo "$*" >&2; }
 die() { echo "$0: $*" >&2; exit 69; }
 isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
 
-url= prefix= have_prefix= margin=1000000 token= at_least=0
+url='' prefix='' have_prefix='' margin=1000000 token='' at_least=0
 while [ $# -gt 0 ]; do
   case $1 in
     --url) url=${2%/}; shift 2 ;;

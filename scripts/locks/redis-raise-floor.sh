@@ -46,7 +46,7 @@ usage() { echo "usage: $0 --url FENCEKEEPER_URL --prefix P [--margin M | --token
 die() { echo "$0: $*" >&2; exit 69; }
 isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
 
-url= prefix= have_prefix= pass=()
+url='' prefix='' have_prefix='' pass=()
 while [ $# -gt 0 ]; do
   case $1 in
     --url) url=$2; shift 2 ;;
@@ -82,7 +82,7 @@ for _, k in ipairs(r[2]) do
 end
 return {r[1], string.format("%.0f", max), n, outside, example, odd}'
 
-cursor=0 max=0 n=0 outside=0 example= odd=0
+cursor=0 max=0 n=0 outside=0 example='' odd=0
 while :; do
   out=$(rcli EVAL "$scan_lua" 0 "$cursor" "$prefix" 2>&1) || die "redis-cli failed: $out"
   mapfile -t f <<<"$out"

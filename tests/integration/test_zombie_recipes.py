@@ -53,6 +53,47 @@ def test_redis_lua():
             pass
 
 
+def test_redis_floor():
+    """redis-acquire.lua honours the floor key fence-floor (set by redis-raise-floor.sh):
+    a counter at or below it jumps above it at its next acquisition, a counter above it
+    is untouched, a lock never seen starts above it; redis-lock.sh passes the key; the
+    two-key call of the old recipe ignores it. A private server: the floor is global."""
+    srv = zombies.RedisServer(name="floor").start()
+    try:
+        low, high, new = ("floor-%s-%s" % (w, fk.rand_name(4)) for w in ("low", "high", "new"))
+        with srv.client() as r:
+            fk.eq(zombies.acquire(r, low, "o", 5000), 1, "token without a floor")
+            zombies.release(r, low, "o")
+            r.call("SET", "fence:" + high, 900)
+            fk.eq(zombies.raise_fence(r, "floor-unused", 0), 0, "raise-fence on a new counter")
+            fk.eq(int(r.call("EVAL", zombies.lua("redis-raise-fence.lua"), 1, zombies.FLOOR_KEY, 500)), 500,
+                  "raise the floor key")
+            fk.eq(int(r.call("EVAL", zombies.lua("redis-raise-fence.lua"), 1, zombies.FLOOR_KEY, 7)), 500,
+                  "raising the floor key never lowers it")
+            fk.eq(zombies.acquire(r, low, "o", 5000), 501, "counter below the floor: floor + 1")
+            fk.eq(r.call("GET", "fence:" + low), b"501", "the counter moved with the token")
+            fk.eq(zombies.acquire(r, low, "o2", 5000), None, "acquire while held, floor or not")
+            fk.eq(r.call("GET", "fence:" + low), b"501", "a refused acquire does not count")
+            zombies.release(r, low, "o")
+            fk.eq(zombies.acquire(r, low, "o", 5000), 502, "then it counts on from there")
+            zombies.release(r, low, "o")
+            fk.eq(zombies.acquire(r, high, "o", 5000), 901, "counter above the floor: untouched")
+            zombies.release(r, high, "o")
+            fk.eq(zombies.acquire(r, new, "o", 5000), 501, "a lock never seen starts above the floor")
+            zombies.release(r, new, "o")
+            r.call("SET", "fence:" + low, 500)     # exactly at the floor: still moves above it
+            fk.eq(zombies.acquire(r, low, "o", 5000), 501, "counter at the floor")
+            zombies.release(r, low, "o")
+            two = r.call("EVAL", zombies.lua("redis-acquire.lua"), 2, "lock:" + new + "x", "fence:" + new + "x",
+                         "o", 5000)
+            fk.eq(two, 1, "the two-key call ignores the floor (its tokens would be refused)")
+        sh = os.path.join(L, "redis-lock.sh")
+        r = run([sh, new + "-sh", "5000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], zombies.redis_env(srv.port))
+        fk.eq((r.returncode, r.stdout.strip()), (0, "501"), "redis-lock.sh honours the floor (%s)" % r.stderr)
+    finally:
+        srv.kill()
+
+
 def test_redis_lock_sh():
     port = int(fk.require_service("redis"))
     env = zombies.redis_env(port)
