@@ -199,6 +199,45 @@ def test_postgres_recipes():
     fk.eq(h.wait(10), 0, "first pg-lock.sh holder")
     fk.eq(r.returncode, 0, "waiting pg-lock.sh: %s" % r.stderr)
     fk.eq(int(r.stdout), 7, "token of the waiting holder")
+    # The floor row '' (pg-raise-floor.sh sets it): counters below it continue above it,
+    # a new lock starts above it, a counter above it is untouched.
+    fk.psql('INSERT INTO "%s".fencing_tokens VALUES (\'\', 100), (\'high\', 500)' % schema, url)
+    for name, want in ((lock, 101), ("new-" + lock, 101), ("high", 501), (lock, 102)):
+        r = run([os.path.join(L, "pg-token.sh"), name], env)
+        fk.eq((r.returncode, r.stdout.strip()), (0, str(want)), "pg-token.sh %s over the floor (%s)"
+              % (name, r.stderr))
+    r = run([sh, lock, "--", "sh", "-c", "echo $FENCING_TOKEN"], env)
+    fk.eq((r.returncode, r.stdout.strip()), (0, "103"), "pg-lock.sh over the floor (%s)" % r.stderr)
+    fk.eq(run([sh, "", "--", "true"], env).returncode, 2, "pg-lock.sh refuses the floor row's name")
+    fk.eq(run([os.path.join(L, "pg-token.sh"), ""], env).returncode, 2, "pg-token.sh refuses it")
+
+
+def test_etcd_offset():
+    """etcd-lock.sh adds the offset in fence-offset (etcd-raise-floor.sh sets it after a
+    restore) as of the grant's revision: token = revision + offset, still growing."""
+    env = dict(zombies.etcd_env(), ETCD_FENCE_OFFSET_KEY="fence-offset-" + fk.rand_name(6))
+    lock = "etcd-off-" + fk.rand_name(6)
+    sh = os.path.join(L, "etcd-lock.sh")
+    show = 'echo "$FENCING_TOKEN $ETCD_LOCK_REV"'
+
+    def holder():
+        r = run([sh, lock, "--", "sh", "-c", show], env)
+        fk.eq(r.returncode, 0, "etcd-lock.sh: %s" % r.stderr)
+        return [int(x) for x in r.stdout.split()]
+
+    tok, rev = holder()
+    fk.eq(tok, rev, "token without an offset")
+    r = run(["etcdctl", "put", env["ETCD_FENCE_OFFSET_KEY"], "1000000"], env)
+    fk.eq(r.returncode, 0, "etcdctl put: %s" % r.stderr)
+    tok2, rev2 = holder()
+    fk.eq(tok2, rev2 + 1000000, "token with the offset")
+    tok3, rev3 = holder()
+    fk.check(tok3 > tok2 and tok3 == rev3 + 1000000, "tokens grow: %r %r" % ((tok2, rev2), (tok3, rev3)))
+    run(["etcdctl", "put", env["ETCD_FENCE_OFFSET_KEY"], "x1"], env)
+    r = run([sh, lock, "--", "sh", "-c", show], env)
+    fk.check(r.returncode != 0 and not r.stdout.strip(), "a non-number offset ran the command: %r %r"
+             % (r.stdout, r.stderr))
+    run(["etcdctl", "del", env["ETCD_FENCE_OFFSET_KEY"]], env)
 
 
 if __name__ == "__main__":
