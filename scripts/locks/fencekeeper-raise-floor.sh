@@ -3,8 +3,10 @@
 #
 # The fencekeeper half of every lock-service repair (docs/locks.md, "After a
 # lock-service reset"): raises the fence floor of prefix P so that every lock whose
-# name starts with P refuses every token at or below it, in one O(1) step
-# (PUT /v1/floors?prefix=P). The lock-service half (moving its counters above the
+# name starts with P refuses every token below it, in one O(1) step
+# (PUT /v1/floors?prefix=P). A token equal to the floor passes, like a token equal to a
+# fence: so N must be above every token to refuse, and the lock service's next tokens
+# above N. The lock-service half (moving its counters above the
 # floor) is done by redis-raise-floor.sh, or by hand for etcd and Postgres.
 #
 # The floor N is, unless --token N is given:
