@@ -142,7 +142,7 @@ def test_failover(store):
     fk.eq(fences[lock], tok, "final fence")
 
 
-def _failed_over_pair():
+def _replicated_pair():
     """A primary and a replica following it through a relay, in sync."""
     primary = zombies.RedisServer(args=["--repl-diskless-sync-delay", "0"], name="primary").start()
     relay = zombies.Relay(primary.port)
@@ -198,7 +198,7 @@ def test_failover_floor(store):
         return proxy.get(lock + "/data").body
 
     try:
-        primary, relay, replica = _failed_over_pair()
+        primary, relay, replica = _replicated_pair()
         for i in range(BEFORE):
             tok, owner = take(primary, A, "before", 5000)
             op = write("before", A, tok)
