@@ -254,7 +254,7 @@ def test_failover_floor(store):
 
         # The repair.
         r = _raise_floor(replica, proxy, prefix)
-        print("  repair: " + r.stdout.strip().replace("\n", "\n  "))
+        print("  repair:\n    " + (r.stdout + r.stderr).strip().replace("\n", "\n    "))
         with proxy.client() as c:
             floors = c.request("GET", "/v1/floors")
         fk.eq(floors.status, 200, "GET /v1/floors")
