@@ -173,29 +173,53 @@ response applied_put_response(bool created, std::string_view key, std::string_vi
 // written directly: the same bytes as make_error_response would produce (members in
 // nlohmann's sorted order), without building a JSON tree.
 response stale_token_response(std::string_view lock, fence::token_t token,
-                              fence::token_t current_token) {
+                              fence::token_t current_token, std::optional<std::string_view> floor) {
     response res = json_reply(http::status::conflict);
     std::string& body = res.body();
-    body.reserve(160 + 2 * lock.size());
+    const std::size_t floor_size = floor ? floor->size() : 0;
+    body.reserve(160 + 2 * lock.size() + 3 * floor_size);
     body += R"({"current_token":)";
     append_int(body, current_token);
-    body += R"(,"error":"stale_token","lock":)";
+    body += R"(,"error":"stale_token",)";
+    if (floor) {
+        body += R"("floor":)";
+        logging::append_json_string(body, *floor);
+        body += ',';
+    }
+    body += R"("lock":)";
     logging::append_json_string(body, lock);
     body += R"(,"message":)";
     std::string message;
-    message.reserve(80 + lock.size());
+    message.reserve(120 + lock.size() + floor_size);
     message += "fencing token ";
     append_int(message, token);
     message += " is below the fence ";
     append_int(message, current_token);
     message += " of lock '";
     message += lock;
-    message += "'; nothing was written";
+    message += '\'';
+    if (floor) {
+        message += " (the fence floor of prefix '";
+        message += *floor;
+        message += "')";
+    }
+    message += "; nothing was written";
     logging::append_json_string(body, message);
     body += R"(,"token":)";
     append_int(body, token);
     body += '}';
     return res;
+}
+
+response stale_floor_response(std::string_view prefix, fence::token_t token,
+                              fence::token_t current_token) {
+    return make_error_response(
+        error_reply{errc::stale_token,
+                    "fencing token " + std::to_string(token) + " is not above the floor " +
+                        std::to_string(current_token) + " of prefix '" + std::string{prefix} +
+                        "' (floors only go up); nothing was written",
+                    {{"prefix", prefix}, {"token", token}, {"current_token", current_token}},
+                    {}});
 }
 
 response lock_mismatch_response(std::string_view key, std::string_view key_lock) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,7 +36,13 @@ response make_error_response(const error_reply& reply);
 response make_error_response(errc code, std::string message);
 
 // The errors whose bodies carry more than error and message.
+// A write below the lock's effective fence: {lock, token, current_token}, plus
+// "floor": PREFIX when a fence floor set that fence (docs/api.md#fence-floors).
 response stale_token_response(std::string_view lock, fence::token_t token,
+                              fence::token_t current_token,
+                              std::optional<std::string_view> floor = std::nullopt);
+// PUT /v1/floors with a token not above the prefix's floor: {prefix, token, current_token}.
+response stale_floor_response(std::string_view prefix, fence::token_t token,
                               fence::token_t current_token);
 response lock_mismatch_response(std::string_view key, std::string_view key_lock);
 response precondition_failed_response(std::string_view key);

@@ -194,23 +194,31 @@ private:
     std::chrono::steady_clock::time_point start_;
 };
 
+// The prefix of the floor that refused a write, as the replies and logs take it.
+std::optional<std::string_view> floor_of(const std::optional<std::string>& floor) {
+    return floor ? std::optional<std::string_view>{*floor} : std::nullopt;
+}
+
 // writes_total{result} for a write, delete, fence advance or operation the store answered;
-// the stale gap too when it was stale.
-void count_write(const call& c, errc e, token_t token, token_t current,
-                 bool replayed = false) noexcept {
+// the stale gap too when it was stale, and stale_floor_total when a floor rejected it.
+void count_write(const call& c, errc e, token_t token, token_t current, bool replayed,
+                 const std::optional<std::string>& floor) noexcept {
     if (!c.ctx.stats)
         return;
     if (replayed)
         c.ctx.stats->count_write(write_outcome::replayed);
     else
         c.ctx.stats->count_write(e);
-    if (e == errc::stale_token)
+    if (e == errc::stale_token) {
         c.ctx.stats->observe_stale_gap(current, token);
+        if (floor)
+            c.ctx.stats->count_stale_floor();
+    }
 }
 
 // Every rejected write logs this line, so it is formatted without a JSON tree.
 void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
-               token_t token, token_t current) {
+               token_t token, token_t current, const std::optional<std::string>& floor) {
     if (!logging::enabled(logging::level::warn))
         return;
     logging::write_fields(logging::level::warn, "rejected stale write",
@@ -221,7 +229,8 @@ void log_stale(const call& c, std::optional<std::string_view> key, std::string_v
                            {"token", token},
                            {"fence", current},
                            {"current_token", current}, // the name in the 409 body
-                           {"gap", current - token}});
+                           {"gap", current - token},
+                           logging::field::optional("floor", floor_of(floor))});
 }
 
 void log_applied(const call& c, std::optional<std::string_view> key, std::string_view lock,
@@ -262,8 +271,8 @@ response write_failure(const call& c, const store::write_result& r,
                        std::optional<std::string_view> key, std::string_view lock, token_t token) {
     switch (r.error) {
     case errc::stale_token:
-        log_stale(c, key, lock, token, r.current_token);
-        return stale_token_response(lock, token, r.current_token);
+        log_stale(c, key, lock, token, r.current_token, r.floor);
+        return stale_token_response(lock, token, r.current_token, floor_of(r.floor));
     case errc::lock_mismatch:
         return lock_mismatch_response(key.value_or(""), r.lock);
     case errc::precondition_failed:
@@ -391,7 +400,7 @@ net::awaitable<response> put_resource(call c) {
     store_timer timer{c, store_op::put};
     auto r = co_await c.ctx.store.put(std::move(p));
     timer.done(r.error);
-    count_write(c, r.error, token, r.current_token, r.replayed);
+    count_write(c, r.error, token, r.current_token, r.replayed, r.floor);
     if (r.error != errc::ok)
         co_return write_failure(c, r, c.match.name, lock, token);
 
@@ -422,7 +431,7 @@ net::awaitable<response> delete_resource(call c) {
     store_timer timer{c, store_op::del};
     auto r = co_await c.ctx.store.remove(std::move(d));
     timer.done(r.error);
-    count_write(c, r.error, token, r.current_token, r.replayed);
+    count_write(c, r.error, token, r.current_token, r.replayed, r.floor);
     if (r.error != errc::ok)
         co_return write_failure(c, r, c.match.name, lock, token);
 
@@ -461,16 +470,21 @@ nlohmann::json fence_json(const store::fence_info& f) {
             {"updated_at", fence::format_rfc3339_ms(f.updated_at_ms)}};
 }
 
+// The effective fence (docs/api.md#fence-floors): the floor is named when it sets it.
 net::awaitable<response> get_fence(call c) {
     store_timer timer{c, store_op::fence_read};
     auto r = co_await c.ctx.store.read_fence(c.match.name);
     timer.done(r.error);
     if (r.error == errc::not_found)
         co_return make_error_response(errc::not_found,
-                                      "lock '" + c.match.name + "' has never been fenced");
+                                      "lock '" + c.match.name +
+                                          "' has never been fenced and no fence floor covers it");
     if (r.error != errc::ok)
         co_return store_failure(c, r.error, r.message);
-    co_return json_response(http::status::ok, fence_json(r.fence));
+    auto body = fence_json(r.fence);
+    if (r.fence.floor)
+        body["floor"] = *r.fence.floor;
+    co_return json_response(http::status::ok, body);
 }
 
 net::awaitable<response> put_fence(call c) {
@@ -488,7 +502,7 @@ net::awaitable<response> put_fence(call c) {
     f.idem = std::move(k.value->idem);
     auto r = co_await c.ctx.store.advance_fence(std::move(f));
     timer.done(r.error);
-    count_write(c, r.error, *token.value, r.current_token, r.replayed);
+    count_write(c, r.error, *token.value, r.current_token, r.replayed, r.floor);
     if (r.error != errc::ok)
         co_return write_failure(c, r, std::nullopt, c.match.name, *token.value);
     if (!r.replayed)
@@ -514,6 +528,62 @@ net::awaitable<response> list_fences(call c) {
     co_return json_response(http::status::ok,
                             {{"fences", std::move(fences)},
                              {"next", r.next ? nlohmann::json(*r.next) : nlohmann::json(nullptr)}});
+}
+
+// PUT /v1/floors?prefix=P (docs/api.md#fence-floors). Checked like PUT /v1/fences/{lock}:
+// token, then Idempotency-Key (its fingerprint covers the prefix as the route's name);
+// the body is ignored.
+net::awaitable<response> raise_floor(call c) {
+    auto token = token_of(c.req);
+    if (token.failure)
+        co_return std::move(*token.failure);
+    const std::string& prefix = c.match.name;
+    const auto id = identity_of(c, prefix, *token.value, {});
+    auto k = co_await idempotency_of(c, id);
+    if (k.failure)
+        co_return std::move(*k.failure);
+    store_timer timer{c, store_op::floor_raise};
+    store::floor_request f;
+    f.prefix = prefix;
+    f.token = *token.value;
+    f.idem = std::move(k.value->idem);
+    auto r = co_await c.ctx.store.raise_floor(std::move(f));
+    timer.done(r.error);
+    switch (r.error) {
+    case errc::ok:
+        break;
+    case errc::stale_token:
+        co_return stale_floor_response(prefix, *token.value, r.current_token);
+    case errc::invalid_request:
+    case errc::idempotency_key_reused:
+        co_return make_error_response(r.error, r.message);
+    default:
+        co_return store_failure(c, r.error, r.message);
+    }
+    if (!r.replayed) {
+        // Rare and operator-made: every raise is worth a line.
+        auto fields = log_fields(c);
+        fields["prefix"] = prefix;
+        fields["token"] = r.token;
+        logging::write(logging::level::info, "fence floor raised", fields);
+    }
+    auto res = json_response(http::status::ok, {{"prefix", prefix}, {"token", r.token}});
+    mark_replayed(res, r.replayed);
+    co_return res;
+}
+
+net::awaitable<response> list_floors(call c) {
+    store_timer timer{c, store_op::floor_list};
+    auto r = co_await c.ctx.store.list_floors();
+    timer.done(r.error);
+    if (r.error != errc::ok)
+        co_return store_failure(c, r.error, r.message);
+    auto floors = nlohmann::json::array();
+    for (const auto& f : r.floors)
+        floors.push_back({{"prefix", f.prefix},
+                          {"token", f.token},
+                          {"updated_at", fence::format_rfc3339_ms(f.updated_at_ms)}});
+    co_return json_response(http::status::ok, {{"floors", std::move(floors)}});
 }
 
 // `body` and `name` outlive the call (the awaiting request owns them).
@@ -574,15 +644,16 @@ net::awaitable<response> run_operation(call c) {
     store_timer timer{c, store_op::operation};
     auto r = co_await c.ctx.store.run_operation(std::move(o));
     timer.done(r.error);
-    count_write(c, r.error, *token.value, r.current_token, r.replayed);
+    count_write(c, r.error, *token.value, r.current_token, r.replayed, r.floor);
     if (!r.server_message.empty())
         log_operation_error(c, r);
     switch (r.error) {
     case errc::ok:
         break;
     case errc::stale_token:
-        log_stale(c, std::nullopt, *lock.value, *token.value, r.current_token);
-        co_return stale_token_response(*lock.value, *token.value, r.current_token);
+        log_stale(c, std::nullopt, *lock.value, *token.value, r.current_token, r.floor);
+        co_return stale_token_response(*lock.value, *token.value, r.current_token,
+                                       floor_of(r.floor));
     case errc::operation_failed:
         co_return operation_failed_response(r.sqlstate, r.message);
     case errc::not_found:
@@ -626,6 +697,10 @@ net::awaitable<response> dispatch(call c) {
         co_return co_await get_fence(c);
     case route::fences_list:
         co_return co_await list_fences(c);
+    case route::floors:
+        if (method == http::verb::put)
+            co_return co_await raise_floor(c);
+        co_return co_await list_floors(c);
     case route::operation:
         co_return co_await run_operation(c);
     case route::healthz: {

@@ -26,8 +26,9 @@ std::size_t route_index(route r) noexcept {
 
 constexpr std::array<std::string_view, 5> write_outcome_names = {
     "applied", "stale", "precondition_failed", "error", "replayed"};
-constexpr std::array<std::string_view, 7> store_op_names = {
-    "put", "delete", "get", "fence_advance", "fence_read", "fence_list", "operation"};
+constexpr std::array<std::string_view, 9> store_op_names = {
+    "put",        "delete",    "get",         "fence_advance", "fence_read",
+    "fence_list", "operation", "floor_raise", "floor_list"};
 constexpr std::array<std::string_view, 3> store_error_names = {"unavailable", "outcome_unknown",
                                                                "internal"};
 
@@ -256,6 +257,7 @@ struct alignas(64) metrics::shard {
     gap_histogram stale_gap{};
     std::array<counter, store_error_names.size()> store_errors{};
     counter lock_mismatch{0};
+    counter stale_floor{0};
     counter connections_rejected{0};
     counter shed{0};
     // Gauges: incremented on one shard and perhaps decremented on another (a coroutine
@@ -329,6 +331,10 @@ void metrics::observe_stale_gap(std::int64_t fence, std::int64_t token) noexcept
 
 void metrics::count_lock_mismatch() noexcept {
     local().lock_mismatch.fetch_add(1, relaxed);
+}
+
+void metrics::count_stale_floor() noexcept {
+    local().stale_floor.fetch_add(1, relaxed);
 }
 
 void metrics::observe_store(store_op op, std::chrono::nanoseconds duration) noexcept {
@@ -429,7 +435,8 @@ std::string metrics::render() const {
     std::array<std::uint64_t, gap_buckets.size() + 1> gap{};
     double gap_sum = 0;
     std::array<std::uint64_t, store_error_names.size()> store_errors{};
-    std::uint64_t lock_mismatch = 0, rejected = 0, shed = 0, connections = 0, inflight = 0;
+    std::uint64_t lock_mismatch = 0, stale_floor = 0, rejected = 0, shed = 0, connections = 0,
+                  inflight = 0;
 
     for (std::size_t i = 0; i < shard_count; ++i) {
         const shard& s = shards_[i];
@@ -459,6 +466,7 @@ std::string metrics::render() const {
             store_errors[k] += s.store_errors[k].load(relaxed);
         }
         lock_mismatch += s.lock_mismatch.load(relaxed);
+        stale_floor += s.stale_floor.load(relaxed);
         rejected += s.connections_rejected.load(relaxed);
         shed += s.shed.load(relaxed);
         connections += s.open_connections.load(relaxed);
@@ -511,6 +519,13 @@ std::string metrics::render() const {
     append_header(out, "fencekeeper_stale_token_gap", "histogram",
                   "Fence minus token of each write rejected as stale.");
     append_histogram(out, "fencekeeper_stale_token_gap", {}, gap_buckets, gap, gap_sum);
+
+    append_header(out, "fencekeeper_stale_floor_total", "counter",
+                  "Writes rejected as stale because a fence floor, not the lock's own fence, "
+                  "was above their token (also in writes_total{result=\"stale\"}).");
+    append_series(out, "fencekeeper_stale_floor_total", {});
+    append_uint(out, stale_floor);
+    out += '\n';
 
     append_header(out, "fencekeeper_lock_mismatch_total", "counter",
                   "Writes rejected because the key belongs to another lock.");

@@ -52,6 +52,8 @@ enum class store_op : std::uint8_t {
     fence_read,
     fence_list,
     operation,
+    floor_raise, // PUT /v1/floors
+    floor_list,  // GET /v1/floors
 };
 
 // store_errors_total{kind}
@@ -92,6 +94,9 @@ public:
     // Counted by count_write(errc::lock_mismatch); exposed for callers that classify
     // themselves.
     void count_lock_mismatch() noexcept;
+    // stale_floor_total: a stale write whose effective fence was set by a fence floor
+    // (write_result::floor). Call together with count_write(write_outcome::stale).
+    void count_stale_floor() noexcept;
 
     // store_duration_seconds{op}.
     void observe_store(store_op op, std::chrono::nanoseconds duration) noexcept;

@@ -4,6 +4,8 @@
 
 #include <boost/beast/core/string.hpp>
 
+#include <array>
+
 namespace fk::proxy {
 
 namespace {
@@ -25,6 +27,7 @@ bool allowed(route r, verb m) noexcept {
     case route::resource:
         return is_read(m) || m == verb::put || m == verb::delete_;
     case route::fence:
+    case route::floors:
         return is_read(m) || m == verb::put;
     case route::operation:
         return m == verb::post;
@@ -44,6 +47,7 @@ std::string_view allow_of(route r) noexcept {
     case route::resource:
         return allow_resource;
     case route::fence:
+    case route::floors:
         return allow_fence;
     case route::operation:
         return allow_operation;
@@ -97,9 +101,16 @@ std::optional<std::size_t> parse_limit(std::string_view text) noexcept {
     return v;
 }
 
-// Fills m.query from the listing's query string; unknown parameters are ignored.
-route_match parse_list_query(route_match m, std::string_view query) {
-    bool seen_prefix = false, seen_limit = false, seen_after = false;
+// The known parameters of a query string, percent-decoded; unknown ones are ignored. A
+// malformed escape or a known parameter given twice is an error (its message).
+template <std::size_t N> struct query_params {
+    std::array<std::optional<std::string>, N> values; // in the order of the names asked for
+    std::string error;
+};
+
+template <std::size_t N>
+query_params<N> read_query(std::string_view query, const std::array<std::string_view, N>& names) {
+    query_params<N> out;
     while (!query.empty()) {
         auto amp = query.find('&');
         auto pair = query.substr(0, amp);
@@ -111,48 +122,81 @@ route_match parse_list_query(route_match m, std::string_view query) {
         auto raw_value = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
 
         auto name = fence::percent_decode(raw_name);
-        if (name.error != errc::ok)
-            return fail(std::move(m), errc::invalid_request,
-                        "malformed percent-escape in a query parameter name");
-        bool* seen = name.value == "prefix"  ? &seen_prefix
-                     : name.value == "limit" ? &seen_limit
-                     : name.value == "after" ? &seen_after
-                                             : nullptr;
-        if (!seen)
-            continue;
-        if (*seen)
-            return fail(std::move(m), errc::invalid_request,
-                        "query parameter '" + name.value + "' given more than once");
-        *seen = true;
-
-        auto value = fence::percent_decode(raw_value);
-        if (value.error != errc::ok)
-            return fail(std::move(m), errc::invalid_request,
-                        "malformed percent-escape in query parameter '" + name.value + "'");
-
-        if (name.value == "limit") {
-            auto limit = parse_limit(value.value);
-            if (!limit)
-                return fail(std::move(m), errc::invalid_request,
-                            "query parameter 'limit' must be an integer from 1 to " +
-                                std::to_string(max_list_limit));
-            m.query.limit = *limit;
-        } else if (name.value == "prefix") {
-            if (!value.value.empty() && fence::validate_lock_name(value.value) != errc::ok)
-                return fail(std::move(m), errc::invalid_request,
-                            "query parameter 'prefix' is not a valid lock name prefix "
-                            "(UTF-8, no control characters, at most 1024 bytes)");
-            m.query.prefix = std::move(value.value);
-        } else {
-            // An empty cursor means "from the start".
-            if (value.value.empty())
-                continue;
-            if (fence::validate_lock_name(value.value) != errc::ok)
-                return fail(std::move(m), errc::invalid_request,
-                            "query parameter 'after' is not a valid lock name");
-            m.query.after = std::move(value.value);
+        if (name.error != errc::ok) {
+            out.error = "malformed percent-escape in a query parameter name";
+            return out;
         }
+        std::size_t i = 0;
+        while (i < N && names[i] != name.value)
+            ++i;
+        if (i == N)
+            continue;
+        if (out.values[i]) {
+            out.error = "query parameter '" + name.value + "' given more than once";
+            return out;
+        }
+        auto value = fence::percent_decode(raw_value);
+        if (value.error != errc::ok) {
+            out.error = "malformed percent-escape in query parameter '" + name.value + "'";
+            return out;
+        }
+        out.values[i] = std::move(value.value);
     }
+    return out;
+}
+
+// A lock-name prefix: empty (every lock), or valid as a lock name.
+bool valid_prefix(std::string_view prefix) noexcept {
+    return prefix.empty() || fence::validate_lock_name(prefix) == errc::ok;
+}
+
+constexpr std::string_view bad_prefix_message =
+    "query parameter 'prefix' is not a valid lock name prefix (UTF-8, no control characters, "
+    "at most 1024 bytes)";
+
+// Fills m.query from the listing's query string.
+route_match parse_list_query(route_match m, std::string_view query) {
+    auto q = read_query<3>(query, {"prefix", "limit", "after"});
+    if (!q.error.empty())
+        return fail(std::move(m), errc::invalid_request, std::move(q.error));
+    auto& [prefix, limit_text, after] = q.values;
+    if (limit_text) {
+        auto limit = parse_limit(*limit_text);
+        if (!limit)
+            return fail(std::move(m), errc::invalid_request,
+                        "query parameter 'limit' must be an integer from 1 to " +
+                            std::to_string(max_list_limit));
+        m.query.limit = *limit;
+    }
+    if (prefix) {
+        if (!valid_prefix(*prefix))
+            return fail(std::move(m), errc::invalid_request, std::string{bad_prefix_message});
+        m.query.prefix = std::move(*prefix);
+    }
+    // An empty cursor means "from the start".
+    if (after && !after->empty()) {
+        if (fence::validate_lock_name(*after) != errc::ok)
+            return fail(std::move(m), errc::invalid_request,
+                        "query parameter 'after' is not a valid lock name");
+        m.query.after = std::move(*after);
+    }
+    return m;
+}
+
+// PUT /v1/floors?prefix=P: the prefix into m.name. It is required, so that a request that
+// forgot it does not raise the floor of every lock by accident.
+route_match parse_floor_query(route_match m, std::string_view query) {
+    auto q = read_query<1>(query, {"prefix"});
+    if (!q.error.empty())
+        return fail(std::move(m), errc::invalid_request, std::move(q.error));
+    auto& prefix = q.values[0];
+    if (!prefix)
+        return fail(std::move(m), errc::invalid_request,
+                    "PUT /v1/floors needs the query parameter 'prefix' (pass 'prefix=' to raise "
+                    "the floor of every lock)");
+    if (!valid_prefix(*prefix))
+        return fail(std::move(m), errc::invalid_request, std::string{bad_prefix_message});
+    m.name = std::move(*prefix);
     return m;
 }
 
@@ -170,6 +214,8 @@ std::string_view to_string(route r) noexcept {
         return "fences_list";
     case route::operation:
         return "operation";
+    case route::floors:
+        return "floors";
     case route::healthz:
         return "healthz";
     case route::readyz:
@@ -201,6 +247,8 @@ route_match match_route(http::verb method, std::string_view target) {
         m.kind = route::metrics;
     else if (path == "/v1/fences")
         m.kind = route::fences_list;
+    else if (path == "/v1/floors")
+        m.kind = route::floors;
     else if (path.starts_with(resources)) {
         m.kind = route::resource;
         raw_name = path.substr(resources.size());
@@ -243,6 +291,11 @@ route_match match_route(http::verb method, std::string_view target) {
     }
     case route::fences_list:
         return parse_list_query(std::move(m), query);
+    case route::floors:
+        // GET takes no parameters: its query string is ignored, as on the other routes.
+        if (method == verb::put)
+            return parse_floor_query(std::move(m), query);
+        break;
     default:
         break;
     }

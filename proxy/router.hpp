@@ -24,6 +24,7 @@ enum class route {
     fence,       // /v1/fences/{lock}
     fences_list, // /v1/fences?prefix=&limit=&after=
     operation,   // /v1/operations/{name}
+    floors,      // /v1/floors (PUT ?prefix=, GET)
     healthz,     // /healthz
     readyz,      // /readyz
     metrics,     // /metrics
@@ -48,7 +49,9 @@ struct route_match {
     // ok, or why the request cannot be served: not_found, method_not_allowed,
     // invalid_name (bad key, lock or operation name), invalid_request (bad query).
     errc error = errc::ok;
-    std::string name;       // decoded key, lock or operation name
+    // Decoded key, lock or operation name; for PUT /v1/floors, the decoded prefix (may be
+    // empty: every lock).
+    std::string name;
     list_query query;       // fences_list only
     std::string_view allow; // the route's methods; set whenever kind != not_found
     std::string message;    // human-readable detail for errors
@@ -56,7 +59,8 @@ struct route_match {
 
 // `target` is the request-target as sent: origin-form ("/v1/resources/a?x=1") or
 // absolute-form ("http://host/v1/..."). The query string is ignored except on the
-// listing. Names are percent-decoded strictly ('+' is not a space).
+// listing and on PUT /v1/floors. Names and query values are percent-decoded strictly
+// ('+' is not a space).
 route_match match_route(boost::beast::http::verb method, std::string_view target);
 
 } // namespace fk::proxy

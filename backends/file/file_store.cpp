@@ -88,6 +88,23 @@ bool stage_held(const std::string& key) {
     return stage_hold_key == key;
 }
 
+// The fence of `lock` (SQLITE_ROW, or SQLITE_DONE when it has none) and the floors over
+// it, read in one read transaction: one snapshot, which in WAL mode waits for no writer.
+int fence_and_floors(index_reader& idx, const std::string& lock, fence_row& f,
+                     fence::floor_set& over) {
+    if (int rc = idx.begin_read(); rc != index_ok)
+        return rc;
+    std::vector<fence::floor_entry> rows;
+    int rc = idx.get_fence(lock, f);
+    if (rc == index_row || rc == index_done)
+        if (const int floors = idx.floors_over(lock, rows); floors != index_done)
+            rc = floors;
+    idx.end_read();
+    for (auto& row : rows)
+        over.load(std::move(row));
+    return rc;
+}
+
 write_result unavailable(std::string message) {
     write_result r;
     r.error = errc::unavailable;
@@ -109,6 +126,8 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
     if (auto err = s->open_root(root))
         return *err;
     if (auto err = s->open_index())
+        return *err;
+    if (auto err = s->load_floors())
         return *err;
     if (auto err = s->replay_redo())
         return *err;
@@ -197,11 +216,21 @@ errc file_store::cached_stale(const std::string& key, const std::string& lock, t
     if (!key.empty() && !cache_.key_known_under(key, lock))
         return errc::ok;
     if (auto bound = cache_.stale_bound(lock, token)) {
+        if (floor_above(lock, *bound))
+            return errc::ok;
         r.error = errc::stale_token;
         r.current_token = *bound;
         return r.error;
     }
     return errc::ok;
+}
+
+bool file_store::floor_above(std::string_view lock, token_t token) const {
+    if (!has_floors_.load(std::memory_order_acquire))
+        return false;
+    std::shared_lock guard(floors_mutex_);
+    const auto hit = floors_.highest_for(lock);
+    return hit && hit->token > token;
 }
 
 net::awaitable<write_result> file_store::submit(std::unique_ptr<pending> p) {
@@ -287,7 +316,8 @@ net::awaitable<write_result> file_store::keyed_submit(std::unique_ptr<pending> p
             // The record first: a replay answers even a write the fence has since moved
             // past (the replay tells what happened then). Only then the cache's stale check.
             bool answered = answered_by_record(*item);
-            if (!answered) {
+            // A floor raise is not a write to a lock: the committer decides it.
+            if (!answered && item->op != pending::kind::floor) {
                 write_result r;
                 answered = cached_stale(item->key, item->lock, item->token, r) != errc::ok;
                 if (answered)
@@ -476,7 +506,8 @@ net::awaitable<write_result> file_store::advance_fence(fence_request req) {
     write_result r;
     if (cached_stale("", lock, token, r) != errc::ok)
         co_return r;
-    if (auto f = cache_.fence(lock); f && *f == token) {
+    // A floor above the token refuses it: the committer says so.
+    if (auto f = cache_.fence(lock); f && *f == token && !floor_above(lock, token)) {
         r.token = token; // already durable: nothing to write
         co_return r;
     }
@@ -563,21 +594,74 @@ net::awaitable<fence_result> file_store::read_fence(std::string lock) {
     }
     auto read = [this, lock = std::move(lock)] {
         fence_result out;
+        auto idx = lease_reader();
         fence_row f;
-        const int rc = lease_reader()->get_fence(lock, f);
-        if (rc == index_row) {
-            cache_.observe_fence(lock, f.token);
-            out.fence = {lock, f.token, f.updated_ms};
-        } else if (rc == index_done) {
-            out.error = errc::not_found;
-            out.message = "no fence for lock '" + lock + "'";
-        } else {
+        fence::floor_set over;
+        // The effective fence of one snapshot of the index (a batch may commit a raise and
+        // writes under it at once). has_floors_ is set before the COMMIT of the first
+        // raise: still unset after the fence was read, it proves that snapshot has no floor.
+        const bool floors = has_floors_.load();
+        int rc = floors ? fence_and_floors(*idx, lock, f, over) : idx->get_fence(lock, f);
+        if (!floors && (rc == index_row || rc == index_done) && has_floors_.load())
+            rc = fence_and_floors(*idx, lock, f, over);
+        if (rc != index_row && rc != index_done) {
             out.error = errc::unavailable;
             out.message = "reading the index";
+            return out;
+        }
+        std::optional<token_t> own;
+        if (rc == index_row) {
+            cache_.observe_fence(lock, f.token); // the own fence: the cache knows no floors
+            own = f.token;
+            out.fence = {lock, f.token, f.updated_ms, std::nullopt};
+        }
+        if (auto e = over.effective(lock, own); e.floor)
+            out.fence = {lock, e.floor->token, e.floor->updated_at_ms,
+                         std::string(e.floor->prefix)};
+        if (!own && !out.fence.floor) {
+            out.error = errc::not_found;
+            out.message = "no fence for lock '" + lock + "'";
         }
         return out;
     };
     co_return co_await on_pool(pool_, io_.get_executor(), std::move(read));
+}
+
+net::awaitable<write_result> file_store::raise_floor(floor_request req) {
+    if (!usable())
+        co_return unavailable("file store is not available");
+    // Decided and committed by the committer, in FIFO order with every write: once the
+    // batch that raises it has committed, every later batch is checked against it.
+    auto p = std::make_unique<pending>();
+    p->op = pending::kind::floor;
+    p->lock = std::move(req.prefix);
+    p->token = req.token;
+    if (req.idem) {
+        p->idem = std::move(req.idem);
+        std::string no_body;
+        co_return co_await keyed_submit(std::move(p), std::move(no_body));
+    }
+    co_return co_await submit(std::move(p));
+}
+
+net::awaitable<floors_result> file_store::list_floors() {
+    floors_result r;
+    if (!usable()) {
+        r.error = errc::unavailable;
+        r.message = "file store is not available";
+        co_return r;
+    }
+    // From memory (at most store::max_floors entries), under the shared lock that the
+    // committer takes exclusively only to install a committed raise.
+    std::vector<fence::floor_entry> floors;
+    {
+        std::shared_lock guard(floors_mutex_);
+        floors = floors_.list();
+    }
+    r.floors.reserve(floors.size());
+    for (auto& f : floors)
+        r.floors.push_back({std::move(f.prefix), f.token, f.updated_at_ms});
+    co_return r;
 }
 
 net::awaitable<list_result> file_store::list_fences(list_request req) {
@@ -598,7 +682,8 @@ net::awaitable<list_result> file_store::list_fences(list_request req) {
             return out;
         }
         for (std::size_t i = 0; i < rows.size() && i < req.limit; ++i)
-            out.fences.push_back({rows[i].first, rows[i].second.token, rows[i].second.updated_ms});
+            out.fences.push_back(
+                {rows[i].first, rows[i].second.token, rows[i].second.updated_ms, std::nullopt});
         if (rows.size() > req.limit && !out.fences.empty())
             out.next = out.fences.back().lock;
         return out;

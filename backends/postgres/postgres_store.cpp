@@ -8,6 +8,7 @@
 
 #include "backends/fence_cache.hpp"
 #include "backends/log/logging.hpp"
+#include "backends/postgres/floors.hpp"
 #include "backends/postgres/idem_expiry.hpp"
 #include "backends/postgres/operations.hpp"
 #include "backends/postgres/pool.hpp"
@@ -125,6 +126,8 @@ public:
         co_return r;
     }
 
+    // The effective fence (a floor's when it is higher): a valid rejection bound for the
+    // cache either way, since floors only go up.
     net::awaitable<fence_result> read_fence(std::string lock) override {
         const auto params = pg::sql::lock_params(lock);
         auto o = co_await pool_->run(pg::sql::name::read_fence, params, false);
@@ -132,6 +135,34 @@ public:
         if (r.error == errc::ok)
             cache_.observe_fence(lock, r.fence.token);
         co_return r;
+    }
+
+    // The cache needs nothing from a raise: it only ever refuses below fences the
+    // database reported, and a write the new floor refuses goes to the database, whose
+    // answer (the effective fence) the cache then keeps.
+    net::awaitable<write_result> raise_floor(floor_request req) override {
+        for (int attempt = 1;; ++attempt) {
+            auto a = co_await pool_->acquire();
+            if (!a.conn)
+                co_return unavailable<write_result>("database unavailable: " + a.why);
+            auto m = co_await net::co_spawn(
+                a.conn->strand(),
+                pg::raise_floor_on(*a.conn, req, retention_, pool_->query_timeout()),
+                net::use_awaitable);
+            pool_->release(a.conn);
+            if (!m.retry)
+                co_return std::move(m.result);
+            if (attempt == pg::max_write_attempts)
+                co_return unavailable<write_result>(
+                    "concurrent requests kept racing for the Idempotency-Key; nothing was "
+                    "applied");
+        }
+    }
+
+    net::awaitable<floors_result> list_floors() override {
+        static const pg::sql::param_list none;
+        auto o = co_await pool_->run(pg::sql::name::list_floors, none, false);
+        co_return pg::map_list_floors(o);
     }
 
     net::awaitable<list_result> list_fences(list_request req) override {

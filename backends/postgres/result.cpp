@@ -47,6 +47,19 @@ std::string text_at(const result_table& t, std::size_t row, std::size_t col) {
     return c && *c ? **c : std::string();
 }
 
+// The value of the column named `name` (NULL, or no such column: nullopt).
+std::optional<std::string> named_at(const result_table& t, std::size_t row, std::string_view name) {
+    for (std::size_t c = 0; c < t.columns.size(); ++c)
+        if (t.columns[c].name == name) {
+            auto v = cell(t, row, c);
+            return v ? *v : std::nullopt;
+        }
+    return std::nullopt;
+}
+
+// fk_fence_step's HINT when a floor rejected the token: "floor:" and its prefix.
+constexpr std::string_view floor_hint = "floor:";
+
 // The failures shared by every exchange. `definite_if_unsent` is always true: a request
 // that never completely left us cannot have committed.
 template <class R> std::optional<R> transport_failure(const exec_outcome& o, bool is_write) {
@@ -180,6 +193,7 @@ write_mapping map_write_cells(const result_table& t, std::size_t row, std::size_
     if (seen && *seen > token) {
         m.result.error = errc::stale_token;
         m.result.current_token = *seen;
+        m.result.floor = named_at(t, row, "floor");
         return m;
     }
     if (bool_at(t, row, o + 1)) {
@@ -306,6 +320,7 @@ write_mapping map_advance_row(const result_table& t, token_t token) {
     if (auto seen = int_at(t, 0, 1); seen && *seen > token) {
         m.result.error = errc::stale_token;
         m.result.current_token = *seen;
+        m.result.floor = named_at(t, 0, "floor");
         return m;
     }
     m.retry = true;
@@ -414,12 +429,93 @@ fence_result map_read_fence(const exec_outcome& o, std::string lock) {
     if (o.results.empty() || !o.results.front().ok())
         return failure<fence_result>(errc::internal, "unexpected read result");
     const auto& t = o.results.front();
-    if (t.rows.empty())
-        return failure<fence_result>(errc::not_found, "no fence for this lock");
+    // Columns: token, updated_ms (the own fence), floor, floor_token, floor_updated_ms.
+    if (t.rows.size() != 1 || t.columns.size() < 5)
+        return failure<fence_result>(errc::internal, "unexpected read result");
+    const auto own = int_at(t, 0, 0);
+    const auto floor_token = int_at(t, 0, 3);
+    const auto* floor_prefix = cell(t, 0, 2);
     fence_result r;
     r.fence.lock = std::move(lock);
-    r.fence.token = int_at(t, 0, 0).value_or(0);
+    if (floor_token && floor_prefix && *floor_prefix && (!own || *floor_token > *own)) {
+        r.fence.token = *floor_token;
+        r.fence.updated_at_ms = int_at(t, 0, 4).value_or(0);
+        r.fence.floor = **floor_prefix;
+        return r;
+    }
+    if (!own)
+        return failure<fence_result>(errc::not_found, "no fence for this lock");
+    r.fence.token = *own;
     r.fence.updated_at_ms = int_at(t, 0, 1).value_or(0);
+    return r;
+}
+
+write_mapping map_raise_floor(const exec_outcome& o, const floor_request& req) {
+    constexpr std::size_t leading = 3; // BEGIN and the two LOCKs
+    write_mapping m;
+    for (const auto& r : o.results) {
+        if (!r.server_error())
+            continue;
+        if (rerun_sqlstate(r.sqlstate))
+            m.retry = true;
+        else
+            m.result = server_failure<write_result>(r);
+        return m;
+    }
+    if (auto f = transport_failure<write_result>(o, true)) {
+        m.result = std::move(*f);
+        return m;
+    }
+    bool shape_ok = o.results.size() == leading + 3 &&
+                    o.results[leading + 2].st == result_table::status::pipeline_sync;
+    for (std::size_t i = 0; shape_ok && i <= leading + 1; ++i)
+        shape_ok = o.results[i].ok();
+    // Columns: applied, floor_token, raced, rec_same, rec_token, floor_count.
+    if (!shape_ok || o.results[leading].rows.size() != 1 || o.results[leading].columns.size() < 6) {
+        m.result = failure<write_result>(errc::internal, "unexpected floor statement result");
+        return m;
+    }
+    const auto& t = o.results[leading];
+    if (auto answered = map_answered(t, 0, 3, false, false))
+        return std::move(*answered);
+    if (auto applied = int_at(t, 0, 0)) {
+        m.result.token = *applied;
+        return m;
+    }
+    if (auto floor = int_at(t, 0, 1)) {
+        if (*floor >= req.token) {
+            m.result.error = errc::stale_token;
+            m.result.current_token = *floor;
+            return m;
+        }
+    } else if (int_at(t, 0, 5).value_or(0) >= static_cast<std::int64_t>(max_floors)) {
+        m.result = failure<write_result>(errc::invalid_request,
+                                         "this store already holds the maximum of " +
+                                             std::to_string(max_floors) +
+                                             " fence floors; raise an existing prefix's floor "
+                                             "(a shorter prefix covers more locks) instead of "
+                                             "adding one");
+        return m;
+    }
+    // Raises are serialized (sql/floors.cpp), so the snapshot's floor is the one the
+    // upsert met: not reached. Re-run rather than guess.
+    m.retry = true;
+    return m;
+}
+
+floors_result map_list_floors(const exec_outcome& o) {
+    if (!o.results.empty() && o.results.front().server_error())
+        return server_failure<floors_result>(o.results.front());
+    if (auto f = transport_failure<floors_result>(o, false))
+        return std::move(*f);
+    if (o.results.empty() || !o.results.front().ok() || o.results.front().columns.size() < 3)
+        return failure<floors_result>(errc::internal, "unexpected floors result");
+    const auto& t = o.results.front();
+    floors_result r;
+    r.floors.reserve(t.rows.size());
+    for (std::size_t i = 0; i < t.rows.size(); ++i)
+        r.floors.push_back(
+            {text_at(t, i, 0), int_at(t, i, 1).value_or(0), int_at(t, i, 2).value_or(0)});
     return r;
 }
 
@@ -435,8 +531,8 @@ list_result map_list(const exec_outcome& o, std::size_t limit) {
     const std::size_t n = std::min(limit, t.rows.size());
     r.fences.reserve(n);
     for (std::size_t i = 0; i < n; ++i)
-        r.fences.push_back(
-            {text_at(t, i, 0), int_at(t, i, 1).value_or(0), int_at(t, i, 2).value_or(0)});
+        r.fences.push_back({text_at(t, i, 0), int_at(t, i, 1).value_or(0),
+                            int_at(t, i, 2).value_or(0), std::nullopt});
     if (t.rows.size() > limit && n > 0)
         r.next = r.fences.back().lock;
     return r;
@@ -451,6 +547,8 @@ operation_result map_operation(const exec_outcome& o, token_t token, bool expose
             operation_result s;
             s.error = errc::stale_token;
             s.current_token = parse_int(r.detail).value_or(0);
+            if (r.hint.starts_with(floor_hint))
+                s.floor = r.hint.substr(floor_hint.size());
             return s;
         }
         return server_failure<operation_result>(r);

@@ -25,6 +25,7 @@ struct result_table {
     std::string sqlstate; // error: from the server; empty for errors libpq made up
     std::string message;  // error: primary message
     std::string detail;   // error: DETAIL
+    std::string hint;     // error: HINT (fk_fence_step: "floor:" and the floor's prefix)
     std::string cmd_tuples;
     bool binary = false; // values are in binary format
     std::vector<column> columns;
@@ -71,7 +72,9 @@ struct write_mapping {
     write_result result;
 };
 
-// For put/delete: the row of sql::put_sql / sql::delete_sql (text format).
+// For put/delete: the row of sql::put_sql / sql::delete_sql (text format). A stale row
+// carries the effective fence (seen_fence) and, from the column named `floor`, the floor
+// that set it.
 write_mapping map_write_row(const result_table& t, token_t token, bool is_put);
 // For advance_fence: the row of sql::advance_sql, or of sql::advance_idem_sql (whose
 // rec_same and rec_token columns answer from the record found).
@@ -122,8 +125,25 @@ operation_result replay_operation(const idem_record& rec, std::string_view finge
 // ---- reads ----
 
 object_result map_get(const exec_outcome& o, bool with_body);
+// sql::read_fence_sql's row: the effective fence; the floor's (named) when it is above
+// the own fence or there is none; not_found when neither exists.
 fence_result map_read_fence(const exec_outcome& o, std::string lock);
 list_result map_list(const exec_outcome& o, std::size_t limit);
+
+// ---- fence floors ----
+
+// The pipeline [BEGIN, lock floors, lock fences, sql::raise_floor_sql, COMMIT, Sync]
+// (`leading` = the 3 results before the statement's). A server error rolled the
+// transaction back: a re-run for FKR01 (a record committed meanwhile), a deadlock or a
+// serialization failure, else unavailable (transient) or internal; the caller must end
+// the failed transaction (ROLLBACK). A transport failure: unavailable before the Sync
+// left us, outcome_unknown after (the COMMIT may have run). Then, from the row: a
+// record's answer (replayed with its token, or idempotency_key_reused), ok with the new
+// floor, stale_token with current_token = the prefix's floor, or invalid_request when
+// max_floors floors exist and the prefix has none.
+write_mapping map_raise_floor(const exec_outcome& o, const floor_request& req);
+// sql::list_floors_sql.
+floors_result map_list_floors(const exec_outcome& o);
 
 // ---- named operations ----
 

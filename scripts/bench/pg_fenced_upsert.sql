@@ -31,9 +31,16 @@ WITH k AS MATERIALIZED (
           OR (nullif(:if_match::bigint, 0) IS NOT NULL AND x.ver IS DISTINCT FROM nullif(:if_match::bigint, 0)))
            AS pre_failed
   FROM x
+), h AS MATERIALIZED (
+  SELECT fl.prefix, fl.token, fl.updated_at FROM "fencekeeper".floors fl
+  WHERE starts_with(:lock::text, fl.prefix)
+  ORDER BY fl.token DESC, octet_length(fl.prefix) DESC LIMIT 1
+), o AS MATERIALIZED (
+  SELECT fs.token FROM "fencekeeper".fences fs WHERE fs.lock = :lock::text
 ), f AS (
   INSERT INTO "fencekeeper".fences AS fe (lock, token, updated_at)
   SELECT :lock::text, :token::bigint, now() FROM c WHERE NOT c.mismatch AND NOT c.pre_failed
+    AND NOT EXISTS (SELECT 1 FROM h WHERE h.token > :token::bigint)
   ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token,
     updated_at = CASE WHEN fe.token < EXCLUDED.token THEN EXCLUDED.updated_at
                       ELSE fe.updated_at END
@@ -58,8 +65,9 @@ SELECT c.mismatch, c.pre_failed, c.key_lock,
        (SELECT f.token FROM f) AS applied,
        (SELECT w.version FROM w) AS version,
        (SELECT w.created FROM w) AS created,
-       (SELECT fs.token FROM "fencekeeper".fences fs WHERE fs.lock = :lock::text) AS seen_fence,
+       greatest((SELECT o.token FROM o), (SELECT h.token FROM h)) AS seen_fence,
        CASE WHEN true AND EXISTS (SELECT 1 FROM f)
                  AND NOT EXISTS (SELECT 1 FROM w)
-            THEN "fencekeeper".fk_raise('FKR01', 'a concurrent write created the key, retry') END AS raced
+            THEN "fencekeeper".fk_raise('FKR01', 'a concurrent write created the key, retry') END AS raced,
+       (SELECT h.prefix FROM h WHERE NOT EXISTS (SELECT 1 FROM o WHERE o.token >= h.token)) AS floor
 FROM c;

@@ -3,10 +3,15 @@
 // in-memory store. Several pipelined requests share one store, so the fuzzer can build
 // up fences and keys and then attack them.
 //
-// Besides "never crash", it checks docs/api.md#the-fence-rule and #errors on every response:
+// Besides "never crash", it checks docs/api.md#the-fence-rule, #fence-floors and #errors on
+// every response:
 // - a write (PUT/DELETE resource, PUT fence, POST operation) answered 2xx was applied by
-//   the store with the token and lock the request named, never below the fence;
+//   the store with the token and lock the request named, never below the lock's effective
+//   fence (its own fence and every fence floor over it); a write below it was refused;
 // - a write answered with anything else left every key and fence it touched unchanged;
+// - PUT /v1/floors answered 2xx raised that prefix's floor to the request's token, from
+//   below it; floors never go down; GET /v1/floors lists them sorted by prefix, and
+//   GET /v1/fences/{lock} answers the effective fence, naming a floor that covers the lock;
 // - a 2xx with Idempotent-Replayed: true rests on one store call answered from an
 //   Idempotency-Key record, which changed nothing;
 // - fences never go down;
@@ -57,7 +62,7 @@ namespace proxy = fk::proxy;
 namespace fence = fk::fence;
 using fk::errc;
 
-enum class call_kind { put, remove, advance, operation, read };
+enum class call_kind { put, remove, advance, operation, floor_raise, read };
 
 // One store call as the store saw it, with the state of its key and lock around it.
 struct store_call {
@@ -70,6 +75,12 @@ struct store_call {
     bool replayed = false; // answered from an Idempotency-Key record
     std::optional<std::string> body_before, body_after;
     std::optional<fence::token_t> fence_before, fence_after;
+    // Writes: the lock's effective fence before the call (own fence and floors).
+    std::optional<fence::token_t> effective_before;
+    // floor_raise: the prefix and its floor around the call.
+    std::optional<std::string> prefix;
+    std::optional<fence::token_t> floor_before, floor_after;
+    std::size_t floors_before = 0, floors_after = 0; // how many floors the store keeps
 };
 
 // Forwards to the in-memory store and records every call.
@@ -116,6 +127,21 @@ public:
         finish(c, r.error);
         co_return r;
     }
+    net::awaitable<st::write_result> raise_floor(st::floor_request req) override {
+        auto c = begin(call_kind::floor_raise, {}, {}, req.token);
+        c.prefix = req.prefix;
+        c.floor_before = inner_.floor_of(req.prefix);
+        auto r = co_await inner_.raise_floor(std::move(req));
+        c.floor_after = inner_.floor_of(*c.prefix);
+        finish(c, r.error, r.replayed);
+        co_return r;
+    }
+    net::awaitable<st::floors_result> list_floors() override {
+        auto c = begin(call_kind::read, {}, {}, 0);
+        auto r = co_await inner_.list_floors();
+        finish(c, r.error);
+        co_return r;
+    }
     bool supports_operations() const noexcept override { return inner_.supports_operations(); }
     std::optional<std::size_t> operation_param_count(const std::string& name) const override {
         return inner_.operation_param_count(name);
@@ -139,8 +165,11 @@ private:
         c.token = token;
         if (!key.empty())
             c.body_before = inner_.body_of(key);
-        if (!lock.empty())
+        if (!lock.empty()) {
             c.fence_before = inner_.fence_of(lock);
+            c.effective_before = inner_.effective_fence_of(lock);
+        }
+        c.floors_before = inner_.floor_count();
         return c;
     }
     void finish(store_call& c, errc result, bool replayed = false) {
@@ -150,6 +179,7 @@ private:
             c.body_after = inner_.body_of(c.key);
         if (!c.lock.empty())
             c.fence_after = inner_.fence_of(c.lock);
+        c.floors_after = inner_.floor_count();
         calls.push_back(std::move(c));
     }
 
@@ -197,6 +227,8 @@ std::optional<write_request> write_of(const proxy::request& req) {
         return write_request{call_kind::advance, m.name};
     if (m.kind == proxy::route::operation && verb == boost::beast::http::verb::post)
         return write_request{call_kind::operation, m.name};
+    if (m.kind == proxy::route::floors && verb == boost::beast::http::verb::put)
+        return write_request{call_kind::floor_raise, m.name}; // the prefix
     return std::nullopt;
 }
 
@@ -229,8 +261,21 @@ void check_error_body(const proxy::response& res, bool head) {
     FK_FUZZ_CHECK(static_cast<unsigned>(proxy::status_for(*code)) == res.result_int());
     if (*code == errc::stale_token) {
         FK_FUZZ_CHECK(body.contains("token") && body.contains("current_token"));
-        FK_FUZZ_CHECK(body["current_token"].get<std::int64_t>() >
-                      body["token"].get<std::int64_t>());
+        if (body.contains("prefix")) {
+            // PUT /v1/floors: floors only go up, so an equal token is refused too.
+            FK_FUZZ_CHECK(body["prefix"].is_string() && !body.contains("lock"));
+            FK_FUZZ_CHECK(body["current_token"].get<std::int64_t>() >=
+                          body["token"].get<std::int64_t>());
+        } else {
+            FK_FUZZ_CHECK(body.contains("lock") && body["lock"].is_string());
+            FK_FUZZ_CHECK(body["current_token"].get<std::int64_t>() >
+                          body["token"].get<std::int64_t>());
+            // A floor named as the cause covers the lock.
+            if (body.contains("floor"))
+                FK_FUZZ_CHECK(
+                    body["floor"].is_string() &&
+                    body["lock"].get<std::string>().starts_with(body["floor"].get<std::string>()));
+        }
     }
     if (*code == errc::method_not_allowed)
         FK_FUZZ_CHECK(!res[boost::beast::http::field::allow].empty());
@@ -241,20 +286,87 @@ void check_call(const store_call& c) {
     if (c.fence_before && c.fence_after)
         FK_FUZZ_CHECK(*c.fence_after >= *c.fence_before); // fences never go down
     if (c.fence_before && !c.lock.empty())
-        FK_FUZZ_CHECK(c.fence_after.has_value()); // nor disappear
+        FK_FUZZ_CHECK(c.fence_after.has_value());     // nor disappear
+    FK_FUZZ_CHECK(c.floors_after >= c.floors_before); // floors never disappear
+    FK_FUZZ_CHECK(c.floors_after <= st::max_floors);
+    if (c.kind == call_kind::floor_raise) {
+        FK_FUZZ_CHECK(c.floor_before <= c.floor_after); // floors never go down
+        if (c.result != errc::ok || c.replayed) {
+            FK_FUZZ_CHECK(c.floor_before == c.floor_after);
+            FK_FUZZ_CHECK(c.floors_before == c.floors_after);
+            // Refused as stale only when the token is not above the prefix's floor.
+            if (c.result == errc::stale_token)
+                FK_FUZZ_CHECK(c.floor_before && c.token <= *c.floor_before);
+            return;
+        }
+        // Raised from below, to the token.
+        FK_FUZZ_CHECK(!c.floor_before || c.token > *c.floor_before);
+        FK_FUZZ_CHECK(c.floor_after == c.token);
+        return;
+    }
+    FK_FUZZ_CHECK(c.floors_before == c.floors_after); // only a raise adds one
+    // A write below the effective fence is refused (lock_mismatch is checked first, and an
+    // injected failure or a replay answers before the fence).
+    if (c.kind != call_kind::read && !c.replayed && c.effective_before &&
+        c.token < *c.effective_before)
+        FK_FUZZ_CHECK(c.result != errc::ok);
     if (c.kind == call_kind::read || c.result != errc::ok || c.replayed) {
         // Reads, failed writes and replays change nothing they touch.
         FK_FUZZ_CHECK(c.body_before == c.body_after);
         FK_FUZZ_CHECK(c.fence_before == c.fence_after);
         return;
     }
-    // An applied write passed the fence and moved it to its token.
+    // An applied write passed the effective fence and moved the lock's own fence to its
+    // token.
     FK_FUZZ_CHECK(!c.fence_before || c.token >= *c.fence_before);
+    FK_FUZZ_CHECK(!c.effective_before || c.token >= *c.effective_before);
     FK_FUZZ_CHECK(c.fence_after == c.token);
     if (c.kind == call_kind::put)
         FK_FUZZ_CHECK(c.body_after == c.body);
     if (c.kind == call_kind::remove)
         FK_FUZZ_CHECK(!c.body_after.has_value());
+}
+
+// GET /v1/floors: {"floors": [{prefix, token, updated_at}, ...]} sorted bytewise by prefix,
+// the store's floors. GET /v1/fences/{lock}: the lock's effective fence, and a floor named
+// only when it covers the lock.
+void check_read_body(const proxy::request& req, const proxy::response& res,
+                     const fk::test::memory_store& memory) {
+    if (res.result_int() != 200 || req.method() != boost::beast::http::verb::get)
+        return;
+    const auto m = proxy::match_route(req.method(), req.target());
+    if (m.kind != proxy::route::floors && m.kind != proxy::route::fence)
+        return;
+    const auto body = nlohmann::json::parse(res.body(), nullptr, false);
+    FK_FUZZ_CHECK(body.is_object());
+    if (m.kind == proxy::route::fence) {
+        FK_FUZZ_CHECK(body["lock"] == m.name);
+        FK_FUZZ_CHECK(body["token"].is_number_integer());
+        FK_FUZZ_CHECK(body["token"].get<std::int64_t>() == memory.effective_fence_of(m.name));
+        FK_FUZZ_CHECK(body["updated_at"].is_string());
+        if (body.contains("floor")) {
+            FK_FUZZ_CHECK(body["floor"].is_string());
+            const auto prefix = body["floor"].get<std::string>();
+            FK_FUZZ_CHECK(m.name.starts_with(prefix));
+            FK_FUZZ_CHECK(memory.floor_of(prefix) == body["token"].get<std::int64_t>());
+        } else {
+            FK_FUZZ_CHECK(memory.fence_of(m.name) == body["token"].get<std::int64_t>());
+        }
+        return;
+    }
+    FK_FUZZ_CHECK(body.size() == 1 && body.contains("floors") && body["floors"].is_array());
+    FK_FUZZ_CHECK(body["floors"].size() == memory.floor_count());
+    const std::string* previous = nullptr;
+    for (const auto& f : body["floors"]) {
+        FK_FUZZ_CHECK(f.is_object() && f.size() == 3);
+        FK_FUZZ_CHECK(f["prefix"].is_string() && f["token"].is_number_integer() &&
+                      f["updated_at"].is_string());
+        const auto& prefix = f["prefix"].get_ref<const std::string&>();
+        if (previous)
+            FK_FUZZ_CHECK(*previous < prefix); // std::string compares bytewise
+        previous = &prefix;
+        FK_FUZZ_CHECK(memory.floor_of(prefix) == f["token"].get<std::int64_t>());
+    }
 }
 
 void check_response(const proxy::request& req, const proxy::response& res,
@@ -297,6 +409,10 @@ void check_response(const proxy::request& req, const proxy::response& res,
                 continue;
             FK_FUZZ_CHECK(c.kind == write->kind);
             FK_FUZZ_CHECK(c.token == token.value);
+            if (c.kind == call_kind::floor_raise) {
+                FK_FUZZ_CHECK(c.prefix == write->name);
+                continue;
+            }
             if (c.kind == call_kind::put || c.kind == call_kind::remove)
                 FK_FUZZ_CHECK(c.key == write->name);
             if (c.kind == call_kind::advance) {
@@ -438,6 +554,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         recorder.calls.clear();
         const auto res = run_handler(ctx, std::move(req));
         check_response(copy, res, recorder.calls, injected);
+        check_read_body(copy, res, memory);
         if (injected)
             memory.fail_next(errc::ok, 0);
         if (!res.keep_alive())

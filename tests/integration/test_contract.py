@@ -12,6 +12,7 @@ import re
 import socket
 import threading
 import time
+import urllib.parse
 
 import fk
 from fk import check, eq, expect_error, expect_status
@@ -588,6 +589,266 @@ def test_fence_listing(store):
         expect_error(r, 400, "invalid_request", "GET /v1/fences?" + q)
     r = p.list_fences(limit=1000)
     expect_status(r, 200, "limit=1000")
+
+
+# ---------------------------------------------------------------------------
+# Fence floors (docs/api.md#fence-floors)
+# ---------------------------------------------------------------------------
+
+def floor_path(prefix):
+    return "/v1/floors?prefix=" + urllib.parse.quote(prefix, safe="")
+
+
+def put_floor(c, prefix, token, headers=None):
+    """PUT /v1/floors?prefix=PREFIX through `c` (a Proxy or a Client)."""
+    h = {"Fencing-Token": str(token)}
+    h.update(headers or {})
+    return c.request("PUT", floor_path(prefix), headers=h)
+
+
+def floors_of(c):
+    r = c.request("GET", "/v1/floors")
+    expect_status(r, 200, "GET /v1/floors")
+    b = r.json()
+    eq(sorted(b), ["floors"], "GET /v1/floors members")
+    for f in b["floors"]:
+        eq(sorted(f), ["prefix", "token", "updated_at"], "floor members")
+        check(RFC3339_UTC.match(f["updated_at"] or ""), "floor updated_at %r" % f.get("updated_at"))
+    return {f["prefix"]: f["token"] for f in b["floors"]}, [f["prefix"] for f in b["floors"]]
+
+
+def expect_floor_stale(r, lock, token, current, floor, what, cached=False):
+    """A 409 stale_token of a write below the effective fence; `floor` is the prefix the
+    body must name, or None when the lock's own fence refused it. `cached`: the Postgres
+    store may answer from its fence cache, which keeps the effective fence but not the
+    floor's name (docs/api.md#fence-floors), so there the floor may be absent."""
+    b = expect_error(r, 409, "stale_token", what)
+    eq((b.get("lock"), b.get("token"), b.get("current_token")), (lock, token, current), what + ": 409 body")
+    if cached and floor is not None and "floor" not in b:
+        return b
+    eq(b.get("floor"), floor, what + ": floor named in the 409")
+    return b
+
+
+def stale_floor_count(p):
+    r = p.request("GET", "/metrics")
+    expect_status(r, 200, "/metrics")
+    m = re.search(r"^fencekeeper_stale_floor_total (\d+)$", r.text, re.M)
+    check(m, "fencekeeper_stale_floor_total missing from /metrics")
+    return int(m.group(1))
+
+
+def test_floor_api(store):
+    p = start(store)
+    eq(floors_of(p), ({}, []), "no floors at first")
+    r = put_floor(p, "jobs/", 100)
+    expect_status(r, 200, "PUT floor")
+    eq(r.json(), {"prefix": "jobs/", "token": 100}, "PUT floor body")
+    eq((r.header("Content-Type") or "").split(";")[0], "application/json", "PUT floor Content-Type")
+    expect_status(put_floor(p, "", 7), 200, "floor of every lock (prefix=)")
+    expect_status(put_floor(p, "B", 3), 200)
+    expect_status(put_floor(p, "é/x y+z", 4), 200, "a prefix with UTF-8, space and +")
+    floors, order = floors_of(p)
+    eq(floors, {"": 7, "B": 3, "jobs/": 100, "é/x y+z": 4}, "GET /v1/floors")
+    eq(order, sorted(order, key=lambda s: s.encode()), "floors sorted bytewise by prefix")
+    h = p.request("HEAD", "/v1/floors")
+    eq((h.status, h.body), (200, b""), "HEAD /v1/floors")
+
+    # Floors only go up: equal and lower are 409 with the prefix's floor.
+    for t in (100, 99, 0):
+        b = expect_error(put_floor(p, "jobs/", t), 409, "stale_token", "floor %d over 100" % t)
+        eq((b.get("prefix"), b.get("token"), b.get("current_token")), ("jobs/", t, 100), "409 body of a floor")
+        check("lock" not in b, "a floor's 409 has no lock: %r" % b)
+    expect_status(put_floor(p, "jobs/", 101), 200, "higher floor")
+    eq(floors_of(p)[0]["jobs/"], 101, "floor raised")
+
+    # The request: a prefix is required; token rules as for any write; other methods 405.
+    b = expect_error(p.request("PUT", "/v1/floors", headers={"Fencing-Token": "5"}), 400, "invalid_request",
+                     "PUT /v1/floors without prefix")
+    check("prefix=" in b["message"], "the 400 says to pass prefix=: %r" % b["message"])
+    for q in ["prefix=%zz", "prefix=a%00", "prefix=a&prefix=b", "prefix=" + "p" * 1025]:
+        expect_error(p.request("PUT", "/v1/floors?" + q, headers={"Fencing-Token": "5"}), 400,
+                     "invalid_request", "PUT /v1/floors?" + q[:40])
+    expect_error(p.request("PUT", floor_path("nt")), 428, "missing_token", "PUT floor without token")
+    expect_error(put_floor(p, "nt", "-1"), 400, "invalid_token", "PUT floor with a bad token")
+    for m in ("POST", "DELETE", "PATCH"):
+        r = p.request(m, floor_path("x"), headers={"Fencing-Token": "1"})
+        expect_error(r, 405, "method_not_allowed", "%s /v1/floors" % m)
+        eq(allow_set(r), {"GET", "HEAD", "PUT"}, "Allow of /v1/floors")
+    check("nt" not in floors_of(p)[0] and "x" not in floors_of(p)[0], "refused requests raised a floor")
+
+    # Idempotency-Key: a retry of an applied raise is its first reply; another request
+    # with the key is 422.
+    key = {"Idempotency-Key": "floor-" + fk.rand_name()}
+    first = put_floor(p, "idem/", 30, headers=key)
+    expect_status(first, 200, "keyed floor")
+    expect_status(put_floor(p, "idem/", 40), 200)
+    again = put_floor(p, "idem/", 30, headers=key)
+    expect_status(again, 200, "keyed floor retried")
+    eq(again.header("Idempotent-Replayed"), "true", "replayed floor")
+    eq(again.body, first.body, "replayed floor body")
+    expect_error(put_floor(p, "idem/", 31, headers=key), 422, "idempotency_key_reused", "key on another floor")
+    eq(floors_of(p)[0]["idem/"], 40, "the replay changed nothing")
+
+
+def test_floor_rejects_writes_below_it(store):
+    p = start(store)
+    # Before the floor: one lock fenced below it, one above it.
+    expect_status(p.put("jobs/a", b"before", token=5), 201)
+    expect_status(p.put_fence("jobs/high", 90), 200)
+    expect_status(p.put("other", b"o", token=1), 201)
+    expect_status(put_floor(p, "jobs/", 50), 200)
+
+    # A lock never fenced: every write route below the floor is 409, naming the floor.
+    expect_floor_stale(p.put("jobs/new", b"z", token=49), "jobs/new", 49, 50, "jobs/", "PUT, never fenced")
+    # (On Postgres, a second rejection on a lock may come from the fence cache.)
+    pg = store.kind == "postgres"
+    expect_floor_stale(p.delete("jobs/new", token=1), "jobs/new", 1, 50, "jobs/", "DELETE, never fenced", pg)
+    expect_floor_stale(p.put_fence("jobs/new", 10), "jobs/new", 10, 50, "jobs/", "PUT fence, never fenced", pg)
+    expect_floor_stale(p.put("k", b"z", token=0, lock="jobs/viaheader"), "jobs/viaheader", 0, 50, "jobs/",
+                       "PUT under Fencing-Lock, never fenced")
+    assert_absent(p, "jobs/new")
+    assert_absent(p, "k")
+    # A fenced lock whose own fence is below the floor.
+    expect_floor_stale(p.put("jobs/a", b"zombie", token=5), "jobs/a", 5, 50, "jobs/", "PUT, own fence 5")
+    expect_floor_stale(p.delete("jobs/a", token=49), "jobs/a", 49, 50, "jobs/", "DELETE, own fence 5", pg)
+    expect_floor_stale(p.put_fence("jobs/a", 6), "jobs/a", 6, 50, "jobs/", "PUT fence, own fence 5", pg)
+    eq(p.get("jobs/a").body, b"before", "nothing written below the floor")
+    # A lock whose own fence is above the floor: its fence refuses, the floor is not named.
+    expect_floor_stale(p.put("jobs/high", b"z", token=60), "jobs/high", 60, 90, None, "own fence above the floor")
+
+    # GET /v1/fences/{lock}: the effective fence, naming the floor when it sets it.
+    for lock in ("jobs/a", "jobs/never"):
+        b = assert_fence(p, lock, 50, "effective fence of %s" % lock)
+        eq(b.get("floor"), "jobs/", "GET fence %s names the floor" % lock)
+    b = assert_fence(p, "jobs/high", 90)
+    check("floor" not in b, "own fence above the floor: no floor member: %r" % b)
+    expect_error(p.fence("nojobs"), 404, "not_found", "a lock outside the prefix, never fenced")
+    # The listing shows own fences only.
+    eq([(f["lock"], f["token"]) for f in p.list_fences(prefix="jobs/").json()["fences"]],
+       [("jobs/a", 5), ("jobs/high", 90)], "listing under the floor: own fences")
+
+    # At or above the floor, writes apply and set the lock's own fence.
+    r = p.put("jobs/a", b"live", token=50)
+    expect_status(r, 200, "PUT at the floor")
+    eq(r.json()["token"], 50, "token of a write at the floor")
+    b = assert_fence(p, "jobs/a", 50, "own fence moved to the floor's token")
+    check("floor" not in b, "an own fence equal to the floor is the lock's own: %r" % b)
+    expect_status(p.put_fence("jobs/new", 51), 200, "PUT fence above the floor")
+    expect_status(p.delete("jobs/gone", token=50), 204, "DELETE at the floor")
+    expect_floor_stale(p.put("jobs/new", b"z", token=50), "jobs/new", 50, 51, None, "own fence 51 now")
+    # Outside the prefix, nothing changed ("jobs" itself does not start with "jobs/").
+    expect_status(p.put("other", b"o2", token=1), 200, "lock outside the prefix")
+    expect_status(p.put("jobs", b"j", token=1), 201, "lock 'jobs' is not under 'jobs/'")
+
+    # A floor of every lock, above a longer prefix's floor: the highest floor decides.
+    expect_status(put_floor(p, "", 70), 200)
+    expect_floor_stale(p.put("other", b"z", token=1), "other", 1, 70, "", "floor of every lock")
+    expect_floor_stale(p.put("jobs/a", b"z", token=60), "jobs/a", 60, 70, "", "the higher floor decides")
+    b = assert_fence(p, "jobs/never", 70)
+    eq(b.get("floor"), "", "GET fence names the empty prefix")
+
+
+def test_floor_survives_restart_and_kill9(store):
+    p = start(store)
+    expect_status(p.put("svc/a", b"x", token=3), 201)
+    expect_status(put_floor(p, "svc/", 40), 200)
+    expect_status(put_floor(p, "", 2), 200)
+    before = floors_of(p)
+    g = p.request("GET", "/v1/floors").json()
+    for how in ("SIGTERM", "kill -9", "kill -9"):
+        if how == "SIGTERM":
+            eq(p.stop(), 0, "graceful stop")
+        else:
+            eq(p.kill(), -9, "killed by SIGKILL")
+        p.start()
+        p.wait_ready()
+        eq(floors_of(p), before, "floors after %s" % how)
+        eq(p.request("GET", "/v1/floors").json(), g, "floors with updated_at after %s" % how)
+        expect_floor_stale(p.put("svc/a", b"zombie", token=39), "svc/a", 39, 40, "svc/", "after " + how)
+        expect_floor_stale(p.put_fence("svc/never", 1), "svc/never", 1, 40, "svc/", "after " + how)
+        expect_error(put_floor(p, "svc/", 40), 409, "stale_token", "equal floor after " + how)
+        eq(assert_fence(p, "svc/never", 40).get("floor"), "svc/", "GET fence after " + how)
+    eq(p.get("svc/a").body, b"x", "nothing written below the floor")
+    # A floor raised just before a kill -9 survives it (its 200 was durable).
+    expect_status(put_floor(p, "svc/", 41), 200)
+    p.kill()
+    p.start()
+    p.wait_ready()
+    eq(floors_of(p)[0]["svc/"], 41, "floor raised just before kill -9")
+
+
+def test_floor_limit(store):
+    p = start(store)
+    with p.client() as c:
+        for i in range(1000):
+            r = put_floor(c, "lim/%04d" % i, 1)
+            if r.status != 200:
+                expect_status(r, 200, "floor %d of 1000" % i)
+        b = expect_error(put_floor(c, "lim/one-more", 1), 400, "invalid_request", "the 1001st floor")
+        check("1000" in b["message"] or "1,000" in b["message"], "the 400 names the limit: %r" % b["message"])
+        expect_status(put_floor(c, "lim/0007", 2), 200, "raising an existing floor at the limit")
+        floors, order = floors_of(c)
+    eq(len(floors), 1000, "floors kept")
+    eq(floors["lim/0007"], 2, "raised floor")
+    check("lim/one-more" not in floors, "the refused floor is absent")
+
+
+def test_floor_metric(store):
+    p = start(store)
+    n0 = stale_floor_count(p)
+    expect_status(p.put_fence("m/own", 100), 200)
+    expect_status(put_floor(p, "m/", 10), 200)
+    expect_error(p.put("m/a", b"z", token=9), 409, "stale_token")          # the floor: counted
+    expect_error(p.put_fence("m/b", 1), 409, "stale_token")                # counted
+    expect_error(p.put("m/own", b"z", token=50), 409, "stale_token")       # own fence: not counted
+    expect_error(put_floor(p, "m/", 10), 409, "stale_token")               # a floor's own 409: not a write
+    eq(stale_floor_count(p) - n0, 2, "fencekeeper_stale_floor_total counts writes a floor refused")
+    text = p.request("GET", "/metrics").text
+    for series in ('fencekeeper_requests_total{route="floors",code="200"}',
+                   'fencekeeper_requests_total{route="floors",code="409"}',
+                   'fencekeeper_store_duration_seconds_count{op="floor_raise"}'):
+        m = re.search("^" + re.escape(series) + r" (\d+)$", text, re.M)
+        check(m and int(m.group(1)) >= 1, "%s missing or 0" % series)
+
+
+def test_floor_through_another_proxy():
+    """Two fencekeepers on one Postgres: a floor raised through A is enforced on a write
+    through B, although B's fence cache has seen the lock (its fast stale path must not
+    let the write through, nor answer from a cache that predates the floor)."""
+    st = fk.pg_store()
+    if st is None:
+        raise fk.Skip("needs FK_TEST_PG_URL")
+    a = start(st)
+    b = start(st)
+    with b.client() as cb:
+        # B learns the lock's fence and the key's lock: both sit in its cache now.
+        expect_status(cb.put("two/a", b"one", token=10), 201)
+        expect_status(cb.put("two/a", b"two", token=10), 200)
+        expect_error(cb.put("two/a", b"z", token=9), 409, "stale_token", "B's cached fence")
+        expect_status(cb.put_fence("two/b", 10), 200)
+        expect_status(put_floor(a, "two/", 20), 200, "floor through A")
+        # Between the own fence (10, cached by B) and the floor (20): refused by B.
+        expect_floor_stale(cb.put("two/a", b"zombie", token=15), "two/a", 15, 20, "two/", "B, fenced lock")
+        expect_floor_stale(cb.delete("two/a", token=10), "two/a", 10, 20, "two/", "B, DELETE", cached=True)
+        expect_floor_stale(cb.put_fence("two/b", 19), "two/b", 19, 20, "two/", "B, PUT fence")
+        expect_floor_stale(cb.put("two/c", b"z", token=1), "two/c", 1, 20, "two/", "B, never fenced")
+        # Below B's cached fence too: still 409 (whatever fence the reply quotes).
+        expect_error(cb.put("two/a", b"z", token=9), 409, "stale_token", "B, below the cached fence")
+        eq(cb.get("two/a").body, b"two", "nothing written through B below the floor")
+        eq(assert_fence(b, "two/a", 20).get("floor"), "two/", "GET fence through B")
+        eq(floors_of(cb)[0], {"two/": 20}, "GET /v1/floors through B")
+        # At the floor, B writes.
+        expect_status(cb.put("two/a", b"live", token=20), 200, "B at the floor")
+        # And the other way round, many times: no write below a floor ever lands.
+        for i in range(30):
+            floor = 100 + 10 * i
+            expect_status(put_floor(cb if i % 2 else a, "two/", floor), 200)
+            via = a if i % 2 else cb
+            expect_floor_stale(via.put("two/a", b"z", token=floor - 1), "two/a", floor - 1, floor, "two/",
+                               "round %d" % i)
+            expect_status(via.put("two/a", b"ok%d" % i, token=floor), 200, "round %d at the floor" % i)
+    eq(a.get("two/a").body, b"ok29", "the last write at the floor")
 
 
 # ---------------------------------------------------------------------------

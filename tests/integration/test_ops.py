@@ -1185,5 +1185,33 @@ def test_operation_body_duplicate_keys():
         check("Fencing-Lock" in expect_error(r, 400, "invalid_request", "no Fencing-Lock")["message"],
               "the message names Fencing-Lock")
 
+
+def test_operation_below_a_fence_floor():
+    """A named operation is checked against the effective fence (docs/api.md#fence-floors):
+    below a floor it never runs, on a lock fenced before and on one never fenced; at the
+    floor it runs and sets the lock's own fence."""
+    store, s = pg_with_user_schema("CREATE TABLE {s}.log (lock text, token bigint);")
+    p = start(store, config={"operations": {
+        "note": {"sql": "INSERT INTO %s.log VALUES ($1, $2) RETURNING token" % s}}})
+    with p.client() as c:
+        expect_status(call_op(c, "note", '{"params":["ops/fenced", 5]}', token=5, lock="ops/fenced"), 200)
+        r = c.request("PUT", "/v1/floors?prefix=ops%2F", headers={"Fencing-Token": "50"})
+        expect_status(r, 200, "PUT floor")
+        # The second refusal on ops/fenced may come from the fence cache, which keeps the
+        # effective fence but not the floor's name (docs/api.md#fence-floors).
+        for lock, token, named in (("ops/fenced", 5, True), ("ops/fenced", 49, False), ("ops/never", 1, True)):
+            b = expect_error(call_op(c, "note", '{"params":["%s", %d]}' % (lock, token), token=token, lock=lock),
+                             409, "stale_token", "operation under %s with %d" % (lock, token))
+            eq((b.get("lock"), b.get("token"), b.get("current_token")), (lock, token, 50),
+               "409 body of an operation below the floor")
+            if named or "floor" in b:
+                eq(b.get("floor"), "ops/", "the floor named in the 409")
+        eq(fk.psql("SELECT count(*) FROM %s.log" % s).strip(), "1", "no operation ran below the floor")
+        r = call_op(c, "note", '{"params":["ops/never", 50]}', token=50, lock="ops/never")
+        expect_status(r, 200, "operation at the floor")
+        eq(r.json()["token"], 50, "token of the operation at the floor")
+        f = c.fence("ops/never").json()
+        eq((f.get("token"), f.get("floor")), (50, None), "the operation set the lock's own fence")
+
 if __name__ == "__main__":
     fk.main(globals())

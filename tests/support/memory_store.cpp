@@ -53,6 +53,21 @@ std::optional<token_t> memory_store::fence_of(const std::string& lock) const {
     return fence_locked(lock);
 }
 
+std::optional<token_t> memory_store::effective_fence_of(const std::string& lock) const {
+    std::lock_guard guard{mu_};
+    return effective_locked(lock).token;
+}
+
+std::optional<token_t> memory_store::floor_of(const std::string& prefix) const {
+    std::lock_guard guard{mu_};
+    return floors_.floor_of(prefix);
+}
+
+std::size_t memory_store::floor_count() const {
+    std::lock_guard guard{mu_};
+    return floors_.size();
+}
+
 std::optional<std::string> memory_store::body_of(const std::string& key) const {
     std::lock_guard lock{mu_};
     auto it = keys_.find(key);
@@ -81,6 +96,24 @@ std::optional<token_t> memory_store::fence_locked(const std::string& lock) const
     return it->second.token;
 }
 
+fence::effective_fence memory_store::effective_locked(const std::string& lock) const {
+    return floors_.effective(lock, fence_locked(lock));
+}
+
+namespace {
+
+// A write refused by the effective fence: the fence, and the floor when a floor set it.
+template <class Result> Result stale_result(const fence::effective_fence& e) {
+    Result r;
+    r.error = errc::stale_token;
+    r.current_token = e.token.value_or(0);
+    if (e.floor)
+        r.floor = std::string{e.floor->prefix};
+    return r;
+}
+
+} // namespace
+
 token_t memory_store::advance_locked(const std::string& lock, token_t token) {
     auto [it, inserted] = fences_.try_emplace(lock);
     if (inserted || token > it->second.token) {
@@ -107,8 +140,8 @@ fk::store::write_result memory_store::write_locked(const std::string& key, const
         state.lock = it->second.lock;
         state.version = it->second.version;
     }
-    auto fence = fence_locked(lock);
-    r.error = fence::check_write(state, lock, fence, token, pre);
+    const auto fence = effective_locked(lock);
+    r.error = fence::check_write(state, lock, fence.token, token, pre);
     switch (r.error) {
     case errc::ok:
         break;
@@ -116,8 +149,7 @@ fk::store::write_result memory_store::write_locked(const std::string& key, const
         r.lock = it->second.lock;
         return r;
     case errc::stale_token:
-        r.current_token = fence.value_or(0);
-        return r;
+        return stale_result<fk::store::write_result>(fence);
     default:
         return r;
     }
@@ -251,12 +283,9 @@ net::awaitable<fk::store::write_result> memory_store::advance_fence(fk::store::f
     bool reused = false;
     if (auto* rec = idem_find(req.idem, reused))
         co_return *replay_of(rec, reused, rec->write);
-    auto fence = fence_locked(lock_name);
-    if (!fence::accepts(fence, token)) {
-        r.error = errc::stale_token;
-        r.current_token = *fence;
-        co_return r;
-    }
+    const auto fence = effective_locked(lock_name);
+    if (!fence::accepts(fence.token, token))
+        co_return stale_result<fk::store::write_result>(fence);
     r.token = advance_locked(lock_name, token);
     idem_save(req.idem, &r, nullptr);
     co_return r;
@@ -270,12 +299,19 @@ net::awaitable<fk::store::fence_result> memory_store::read_fence(std::string loc
         r.message = "injected failure";
         co_return r;
     }
+    // The effective fence: a floor above the own fence (or without one) stands in for it.
     auto it = fences_.find(lock_name);
+    const auto e = floors_.effective(
+        lock_name, it == fences_.end() ? std::nullopt : std::optional{it->second.token});
+    if (e.floor) {
+        r.fence = {lock_name, e.floor->token, e.floor->updated_at_ms, std::string{e.floor->prefix}};
+        co_return r;
+    }
     if (it == fences_.end()) {
         r.error = errc::not_found;
         co_return r;
     }
-    r.fence = {it->first, it->second.token, it->second.updated_at_ms};
+    r.fence = {it->first, it->second.token, it->second.updated_at_ms, std::nullopt};
     co_return r;
 }
 
@@ -301,7 +337,7 @@ net::awaitable<fk::store::list_result> memory_store::list_fences(fk::store::list
             r.next = r.fences.back().lock;
             break;
         }
-        r.fences.push_back({it->first, it->second.token, it->second.updated_at_ms});
+        r.fences.push_back({it->first, it->second.token, it->second.updated_at_ms, std::nullopt});
     }
     co_return r;
 }
@@ -324,17 +360,56 @@ memory_store::run_operation(fk::store::operation_request req) {
     bool reused = false;
     if (auto* rec = idem_find(req.idem, reused))
         co_return *replay_of(rec, reused, rec->operation);
-    auto fence = fence_locked(req.lock);
-    if (!fence::accepts(fence, req.token)) {
-        r.error = errc::stale_token;
-        r.current_token = *fence;
-        co_return r;
-    }
+    const auto fence = effective_locked(req.lock);
+    if (!fence::accepts(fence.token, req.token))
+        co_return stale_result<fk::store::operation_result>(fence);
     r = op->second(req);
     if (r.error != errc::ok)
         co_return r;
     r.token = advance_locked(req.lock, req.token);
     idem_save(req.idem, nullptr, &r);
+    co_return r;
+}
+
+net::awaitable<fk::store::write_result> memory_store::raise_floor(fk::store::floor_request req) {
+    std::lock_guard lock{mu_};
+    fk::store::write_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    bool reused = false;
+    if (auto* rec = idem_find(req.idem, reused))
+        co_return *replay_of(rec, reused, rec->write);
+    switch (floors_.raise(req.prefix, req.token, now_ms_(), fk::store::max_floors)) {
+    case fence::floor_set::raise_outcome::raised:
+        r.token = req.token;
+        idem_save(req.idem, &r, nullptr);
+        co_return r;
+    case fence::floor_set::raise_outcome::not_above:
+        r.error = errc::stale_token;
+        r.current_token = floors_.floor_of(req.prefix).value_or(0);
+        co_return r;
+    case fence::floor_set::raise_outcome::full:
+        break;
+    }
+    r.error = errc::invalid_request;
+    r.message = "there are already " + std::to_string(fk::store::max_floors) +
+                " fence floors, the most a store keeps; raise one of them instead";
+    co_return r;
+}
+
+net::awaitable<fk::store::floors_result> memory_store::list_floors() {
+    std::lock_guard lock{mu_};
+    fk::store::floors_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    for (auto& f : floors_.list())
+        r.floors.push_back({std::move(f.prefix), f.token, f.updated_at_ms});
     co_return r;
 }
 

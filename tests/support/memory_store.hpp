@@ -1,10 +1,12 @@
 #pragma once
-// An in-memory fk::store::store with the contract's semantics (fence::check_write under one
-// mutex), for unit tests and fuzzers: no files, no database. Failure injection in the
+// An in-memory fk::store::store with the contract's semantics (fence::check_write against
+// the effective fence, fence::floor_set for the floors, all under one mutex), for unit tests
+// and fuzzers: no files, no database. Failure injection in the
 // spirit of Beast's fail_count: fail_next() makes the next call(s) return an error
 // without touching any state.
 
 #include "backends/store.hpp"
+#include "fence/floors.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +34,8 @@ public:
     net::awaitable<fk::store::write_result> advance_fence(fk::store::fence_request req) override;
     net::awaitable<fk::store::fence_result> read_fence(std::string lock) override;
     net::awaitable<fk::store::list_result> list_fences(fk::store::list_request req) override;
+    net::awaitable<fk::store::write_result> raise_floor(fk::store::floor_request req) override;
+    net::awaitable<fk::store::floors_result> list_floors() override;
 
     bool supports_operations() const noexcept override { return !operations_.empty(); }
     net::awaitable<fk::store::operation_result>
@@ -51,8 +55,12 @@ public:
     // Milliseconds since the epoch used for updated_at; defaults to the system clock.
     void set_clock(std::function<std::int64_t()> now_ms);
 
-    // Direct inspection, bypassing the interface.
+    // Direct inspection, bypassing the interface. fence_of: the lock's own fence;
+    // effective_fence_of: max(own, every matching floor); floor_of: the prefix's floor.
     std::optional<fk::store::token_t> fence_of(const std::string& lock) const;
+    std::optional<fk::store::token_t> effective_fence_of(const std::string& lock) const;
+    std::optional<fk::store::token_t> floor_of(const std::string& prefix) const;
+    std::size_t floor_count() const;
     std::optional<std::string> body_of(const std::string& key) const;
     std::size_t calls() const noexcept { return calls_.load(); }
 
@@ -73,6 +81,8 @@ private:
     // Called with mu_ held. Returns the injected error, if any.
     std::optional<errc> take_failure();
     std::optional<fk::store::token_t> fence_locked(const std::string& lock) const;
+    // The fence a write under `lock` is checked against (own fence and floors).
+    fence::effective_fence effective_locked(const std::string& lock) const;
     // Moves the fence of `lock` to at least `token`; updated_at changes only when it moves.
     fk::store::token_t advance_locked(const std::string& lock, fk::store::token_t token);
     fk::store::write_result write_locked(const std::string& key, const std::string& lock,
@@ -83,6 +93,7 @@ private:
     mutable std::mutex mu_;
     std::map<std::string, key_entry> keys_;     // std::map<std::string>: bytewise order
     std::map<std::string, fence_entry> fences_; // bytewise order, as the listing needs
+    fence::floor_set floors_;
     std::map<std::string, operation_fn> operations_;
     std::map<std::string, std::size_t> param_counts_;
     // Idempotency-Key records ("scope\nkey" → the request's fingerprint and its outcome);

@@ -213,11 +213,12 @@ TEST_CASE("index: build_index writes a complete file that the writer opens as cl
 namespace {
 
 // Format 1 exactly as fencekeeper wrote it before the idempotency table (the schema of
-// 0.2's first SQLite index), with a fence and a key in it.
-void write_format_1(const std::string& path) {
+// 0.2's first SQLite index), with a fence and a key in it; with `format_2`, plus the
+// idempotency table and its index and one record (format 2, before fence floors).
+void write_old_format(const std::string& path, bool format_2 = false) {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    const char* sql = R"sql(
+    const char* format_1 = R"sql(
 PRAGMA journal_mode=WAL;
 BEGIN;
 CREATE TABLE fences (lock TEXT PRIMARY KEY, token INTEGER NOT NULL,
@@ -231,10 +232,19 @@ INSERT INTO fences VALUES ('L', 9, 123);
 INSERT INTO keys VALUES ('k', 2, 'L', 9, 123, 5, 3735928559, 'text/plain');
 INSERT INTO meta VALUES ('clean', '1');
 PRAGMA user_version = 1;
-COMMIT;
 )sql";
+    const char* format_2_adds = R"sql(
+CREATE TABLE idempotency (scope TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+                          created INTEGER NOT NULL, version INTEGER NOT NULL,
+                          token INTEGER NOT NULL, committed_ms INTEGER NOT NULL,
+                          PRIMARY KEY (scope, key)) WITHOUT ROWID;
+CREATE INDEX idempotency_expiry ON idempotency (committed_ms);
+INSERT INTO idempotency VALUES ('', 'old', x'00', 1, 2, 9, 5000);
+PRAGMA user_version = 2;
+)sql";
+    const std::string sql = std::string(format_1) + (format_2 ? format_2_adds : "") + "COMMIT;";
     char* msg = nullptr;
-    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &msg);
     const std::string text = msg ? msg : "";
     sqlite3_free(msg);
     sqlite3_close(db);
@@ -266,10 +276,10 @@ idem_row record(char fingerprint, std::int64_t committed_ms) {
 
 } // namespace
 
-TEST_CASE("index: a format-1 index is upgraded to format 2 in place, its rows kept") {
-    static_assert(index_format == 2);
+TEST_CASE("index: a format-1 index is upgraded to format 3 in place, its rows kept") {
+    static_assert(index_format == 3);
     temp_dir d;
-    write_format_1(path_in(d));
+    write_old_format(path_in(d));
     {
         index_writer w;
         const auto r = w.open(path_in(d), 1024);
@@ -289,25 +299,87 @@ TEST_CASE("index: a format-1 index is upgraded to format 2 in place, its rows ke
         REQUIRE(w.put_idem("", "retry-1", record('a', 1000)) == index_ok);
         REQUIRE(w.commit() == index_ok);
     }
-    CHECK(scalar(path_in(d), "PRAGMA user_version") == "2");
+    CHECK(scalar(path_in(d), "PRAGMA user_version") == "3");
     CHECK(scalar(path_in(d), "SELECT count(*) FROM sqlite_master WHERE name IN "
-                             "('idempotency', 'idempotency_expiry')") == "2");
+                             "('idempotency', 'idempotency_expiry', 'floors')") == "3");
     index_writer w;
     const auto again = w.open(path_in(d), 1024);
     REQUIRE(again.rc == index_ok);
-    CHECK(again.found_format == 2);
+    CHECK(again.found_format == 3);
     idem_row got;
     CHECK(w.get_idem("", "retry-1", 0, got) == index_row);
 }
 
-TEST_CASE("index: build_index (the 0.1 import) writes format 2 directly") {
+TEST_CASE("index: a format-2 index is upgraded to format 3 in place: rows and records kept, "
+          "floors added") {
+    temp_dir d;
+    write_old_format(path_in(d), true);
+    {
+        index_writer w;
+        const auto r = w.open(path_in(d), 1024);
+        REQUIRE(r.rc == index_ok);
+        CHECK(r.found_format == 2);
+        CHECK(r.clean);
+        fence_row f;
+        REQUIRE(w.get_fence("L", f) == index_row);
+        CHECK(f.token == 9);
+        key_row k;
+        REQUIRE(w.get_key("k", k) == index_row);
+        CHECK(k.version == 2);
+        idem_row rec;
+        REQUIRE(w.get_idem("", "old", 0, rec) == index_row);
+        CHECK(rec.token == 9);
+        std::vector<fk::fence::floor_entry> floors;
+        REQUIRE(w.list_floors(floors) == index_done);
+        CHECK(floors.empty());
+        REQUIRE(w.begin() == index_ok);
+        REQUIRE(w.put_floor("L", 20, 1000) == index_ok);
+        REQUIRE(w.commit() == index_ok);
+    }
+    CHECK(scalar(path_in(d), "PRAGMA user_version") == "3");
+    CHECK(scalar(path_in(d), "SELECT token FROM floors WHERE prefix = 'L'") == "20");
+    index_writer w;
+    const auto again = w.open(path_in(d), 1024);
+    REQUIRE(again.rc == index_ok);
+    CHECK(again.found_format == 3);
+}
+
+TEST_CASE("index: build_index (the 0.1 import) writes format 3 directly") {
     temp_dir d;
     std::string error;
     REQUIRE(build_index(path_in(d), {{"L", {9, 123}}}, {}, error) == index_ok);
     // Read before any index_writer opens (and would upgrade) it.
-    CHECK(scalar(path_in(d), "PRAGMA user_version") == "2");
+    CHECK(scalar(path_in(d), "PRAGMA user_version") == "3");
     CHECK(scalar(path_in(d), "SELECT count(*) FROM sqlite_master WHERE name IN "
-                             "('idempotency', 'idempotency_expiry')") == "2");
+                             "('idempotency', 'idempotency_expiry', 'floors')") == "3");
+    CHECK(scalar(path_in(d), "SELECT count(*) FROM floors") == "0");
+}
+
+TEST_CASE("index: fence floors: one row per prefix (\"\" too), listed bytewise, committed only") {
+    temp_dir d;
+    index_writer w;
+    REQUIRE(w.open(path_in(d), 1024).rc == index_ok);
+    index_reader r;
+    REQUIRE(r.open(path_in(d)) == index_ok);
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_floor("b", 1, 10) == index_ok);
+    REQUIRE(w.put_floor("", 2, 11) == index_ok);
+    REQUIRE(w.put_floor(std::string_view(), 3, 12) == index_ok); // the empty prefix again
+    REQUIRE(w.put_floor("a\xC3\xA9", 4, 13) == index_ok);
+    REQUIRE(w.put_floor("ab", 5, 14) == index_ok);
+    std::vector<fk::fence::floor_entry> seen;
+    REQUIRE(r.list_floors(seen) == index_done);
+    CHECK(seen.empty()); // not committed yet
+    REQUIRE(w.commit() == index_ok);
+    REQUIRE(r.list_floors(seen) == index_done);
+    REQUIRE(seen.size() == 4);
+    CHECK(seen[0].prefix.empty());
+    CHECK(seen[0].token == 3);
+    CHECK(seen[0].updated_at_ms == 12);
+    CHECK(seen[1].prefix == "ab");
+    CHECK(seen[2].prefix == "a\xC3\xA9");
+    CHECK(seen[3].prefix == "b");
+    CHECK(seen[3].token == 1);
 }
 
 TEST_CASE("index: idempotency records, their expiry boundary and bounded expiry steps") {
@@ -394,4 +466,44 @@ TEST_CASE("objects_dir: directories are created as needed and reclaimed only whe
     set_fsync_fault_for_tests(nullptr);
     CHECK(sync_failures == 1);
     ::close(root);
+}
+
+TEST_CASE("index: the floors over a lock, read in one snapshot with its fence") {
+    temp_dir d;
+    index_writer w;
+    REQUIRE(w.open(path_in(d), 1024).rc == index_ok);
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_fence("jobs/a", 3, 1) == index_ok);
+    for (const char* p : {"", "j", "jobs/", "jobs/a", "jobs/ab", "jobs/b", "k"})
+        REQUIRE(w.put_floor(p, 10, 1) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    index_reader r;
+    REQUIRE(r.open(path_in(d)) == index_ok);
+    auto over = [&](std::string_view lock) {
+        std::vector<fk::fence::floor_entry> rows;
+        REQUIRE(r.floors_over(lock, rows) == index_done);
+        std::vector<std::string> out;
+        for (auto& f : rows)
+            out.push_back(f.prefix);
+        return out;
+    };
+    CHECK(over("jobs/a") == std::vector<std::string>{"", "j", "jobs/", "jobs/a"});
+    CHECK(over("x") == std::vector<std::string>{""});
+
+    // Inside a read transaction, a floor and a fence committed meanwhile are not seen.
+    REQUIRE(r.begin_read() == index_ok);
+    fence_row f;
+    REQUIRE(r.get_fence("jobs/a", f) == index_row);
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.put_fence("jobs/a", 20, 2) == index_ok);
+    REQUIRE(w.put_floor("jobs/a/", 30, 2) == index_ok);
+    REQUIRE(w.put_floor("jobs", 40, 2) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    REQUIRE(r.get_fence("jobs/a", f) == index_row);
+    CHECK(f.token == 3);
+    CHECK(over("jobs/a").size() == 4);
+    r.end_read();
+    REQUIRE(r.get_fence("jobs/a", f) == index_row);
+    CHECK(f.token == 20);
+    CHECK(over("jobs/a") == std::vector<std::string>{"", "j", "jobs", "jobs/", "jobs/a"});
 }

@@ -642,9 +642,11 @@ TEST_CASE("a format-1 store is upgraded in place at start") {
         REQUIRE(run(io, s->remove(del_req("gone", "G", 2))).error == errc::ok);
     }
     {
-        // What format 1 was: this schema without the idempotency table and its index.
+        // What format 1 was: this schema without the idempotency table and its index (and
+        // without the floors table, which format 3 added).
         index_db db(dir.path, true);
-        db.exec("DROP INDEX idempotency_expiry; DROP TABLE idempotency; PRAGMA user_version = 1");
+        db.exec("DROP INDEX idempotency_expiry; DROP TABLE idempotency; DROP TABLE floors; "
+                "PRAGMA user_version = 1");
     }
     stderr_capture log(dir.path / "stderr");
     {
@@ -652,7 +654,7 @@ TEST_CASE("a format-1 store is upgraded in place at start") {
         auto lines = log.lines("file store upgraded its index in place");
         REQUIRE(lines.size() == 1);
         CHECK(lines[0]["from_format"] == 1);
-        CHECK(lines[0]["to_format"] == 2);
+        CHECK(lines[0]["to_format"] == detail::index_format);
         auto g = run(io, s->get("a/b", true));
         CHECK(g.body == "body");
         CHECK(g.version == 1);
@@ -666,8 +668,9 @@ TEST_CASE("a format-1 store is upgraded in place at start") {
     }
     {
         index_db db(dir.path);
-        CHECK(db.scalar("PRAGMA user_version") == "2");
+        CHECK(db.scalar("PRAGMA user_version") == std::to_string(detail::index_format));
         CHECK(db.scalar("SELECT count(*) FROM idempotency") == "1");
+        CHECK(db.scalar("SELECT count(*) FROM floors") == "0");
     }
     auto s = open_ok(io, dir.path);
     auto req = put_req("a/b", "L", 5, "keyed");
@@ -678,6 +681,110 @@ TEST_CASE("a format-1 store is upgraded in place at start") {
     CHECK(run(io, s->get("gone", true)).error == errc::not_found);
     auto back = run(io, s->put(put_req("gone", "G", 3, "back")));
     CHECK(back.version == 2); // the tombstone's count survived the upgrade
+}
+
+// A store written before fence floors (format 2): the next start adds the floors table in
+// place, keeps every row, body and idempotency record, and floors work and survive the next
+// restart.
+TEST_CASE("a format-2 store is upgraded in place at start and gets fence floors") {
+    temp_dir dir;
+    net::io_context io;
+    auto keyed = [] {
+        auto r = put_req("jobs/a", "jobs/a", 5, "keyed");
+        r.idem = idempotency{"", "before-upgrade", std::string(32, 'k')};
+        return r;
+    };
+    {
+        auto s = open_ok(io, dir.path);
+        REQUIRE(run(io, s->put(put_req("jobs/a", "jobs/a", 3, "body"))).error == errc::ok);
+        REQUIRE(run(io, s->put(keyed())).error == errc::ok);
+        REQUIRE(run(io, s->put(put_req("gone", "G", 1, "x"))).error == errc::ok);
+        REQUIRE(run(io, s->remove(del_req("gone", "G", 2))).error == errc::ok);
+    }
+    {
+        // What format 2 was: this schema without the floors table.
+        index_db db(dir.path, true);
+        db.exec("DROP TABLE floors; PRAGMA user_version = 2");
+    }
+    stderr_capture log(dir.path / "stderr");
+    {
+        auto s = open_ok(io, dir.path);
+        auto lines = log.lines("file store upgraded its index in place");
+        REQUIRE(lines.size() == 1);
+        CHECK(lines[0]["from_format"] == 2);
+        CHECK(lines[0]["to_format"] == 3);
+        auto g = run(io, s->get("jobs/a", true));
+        CHECK(g.body == "keyed");
+        CHECK(g.version == 2);
+        CHECK(run(io, s->get("gone", true)).error == errc::not_found);
+        CHECK(run(io, s->put(keyed())).replayed); // the record survived the upgrade
+        CHECK(run(io, s->list_floors()).floors.empty());
+        REQUIRE(run(io, s->raise_floor({"jobs/", 10, std::nullopt})).error == errc::ok);
+        auto stale = run(io, s->put(put_req("jobs/a", "jobs/a", 9, "zombie")));
+        CHECK(stale.error == errc::stale_token);
+        CHECK(stale.current_token == 10);
+        CHECK(stale.floor == std::optional<std::string>("jobs/"));
+    }
+    {
+        index_db db(dir.path);
+        CHECK(db.scalar("PRAGMA user_version") == "3");
+        CHECK(db.scalar("SELECT token FROM floors WHERE prefix = 'jobs/'") == "10");
+        CHECK(db.scalar("SELECT count(*) FROM keys") == "2");
+    }
+    auto s = open_ok(io, dir.path);
+    auto floors = run(io, s->list_floors()).floors;
+    REQUIRE(floors.size() == 1);
+    CHECK(floors[0].prefix == "jobs/");
+    CHECK(floors[0].token == 10);
+    CHECK(run(io, s->read_fence("jobs/other")).fence.token == 10);
+    CHECK(run(io, s->put(put_req("gone", "G", 3, "back"))).version == 2);
+}
+
+// A floor raise acknowledged just before a kill -9 is there after the restart (the index
+// is the truth); one killed before its commit is not, and one killed after its commit is,
+// though it was never acknowledged.
+TEST_CASE("kill -9 after a floor raise: the restart enforces exactly the committed floors") {
+    {
+        temp_dir dir;
+        const int status = status_of_child([&] {
+            net::io_context io;
+            auto s = child_open(io, dir.path, file_flush::syncfs);
+            child_expect_ok(run(io, s->raise_floor({"", 7, std::nullopt})));
+            child_expect_ok(run(io, s->raise_floor({"jobs/", 70, std::nullopt})));
+            ::raise(SIGKILL);
+        });
+        require_killed(status);
+        net::io_context io;
+        auto s = open_ok(io, dir.path);
+        auto floors = run(io, s->list_floors()).floors;
+        REQUIRE(floors.size() == 2);
+        CHECK(floors[1].token == 70);
+        auto w = run(io, s->put(put_req("jobs/x", "jobs/x", 69, "v")));
+        CHECK(w.error == errc::stale_token);
+        CHECK(w.floor == std::optional<std::string>("jobs/"));
+        CHECK(run(io, s->advance_fence({"other", 6, std::nullopt})).current_token == 7);
+        CHECK(run(io, s->put(put_req("jobs/x", "jobs/x", 70, "v"))).error == errc::ok);
+    }
+    require_failpoints();
+    for (const auto& [point, committed] :
+         {std::pair{"before_index_commit", false}, std::pair{"after_index_commit", true}}) {
+        CAPTURE(point);
+        temp_dir dir;
+        const int status = status_of_child([&, point = point] {
+            net::io_context io;
+            auto s = child_open(io, dir.path, file_flush::syncfs);
+            child_expect_ok(run(io, s->raise_floor({"p/", 5, std::nullopt})));
+            detail::set_failpoint_for_tests(point);
+            run(io, s->raise_floor({"p/", 50, std::nullopt}));
+        });
+        require_killed(status);
+        net::io_context io;
+        auto s = open_ok(io, dir.path);
+        auto floors = run(io, s->list_floors()).floors;
+        REQUIRE(floors.size() == 1);
+        CHECK(floors[0].token == (committed ? 50 : 5));
+        CHECK(run(io, s->read_fence("p/q")).fence.token == (committed ? 50 : 5));
+    }
 }
 
 // Kill at after_index_commit: the index names the new body's temp file, the rename has

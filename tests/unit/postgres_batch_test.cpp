@@ -118,8 +118,9 @@ TEST_CASE("batch statement: key rows locked in key order, fences in lock order, 
     CHECK(fence_order < data);
     CHECK(data < creates);
     CHECK(creates < create_order);
-    // Each row's fence step depends on that row's own checks only.
-    pos(s, "WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered\n");
+    // Each row's fence step depends on that row's own checks only (and the floor over
+    // its lock).
+    pos(s, "WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered AND NOT c.below_floor\n");
     pos(s, "WHERE fe.token <= EXCLUDED.token");
     // Data only for rows whose fence step returned a row; updates only of locked rows,
     // inserts only of absent keys, never over a row created meanwhile.
@@ -149,6 +150,7 @@ TEST_CASE("batch transaction plans index lookups, for itself only") {
           std::string::npos);
     CHECK(sql::batch_begin_sql().find(
               "set_config('plan_cache_mode', 'force_generic_plan', true)") != std::string::npos);
+    CHECK(sql::batch_begin_sql().find("set_config('jit', 'off', true)") != std::string::npos);
     // Leading statements' results must all be there and fine.
     const std::vector<batch_row> rows{{1, true}};
     auto t = batch_table({{"1", "f", "f", null, "1", "1", "t", null, null}});

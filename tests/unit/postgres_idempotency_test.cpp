@@ -87,7 +87,7 @@ const std::string fp_a(32, 'a'), fp_b(32, 'b');
 } // namespace
 
 TEST_CASE("schema 2 adds the idempotency table and refuses newer schemas") {
-    CHECK(sql::schema_version == 2);
+    CHECK(sql::schema_version >= 2);
     const auto m = sql::migration_script("fk");
     const auto v1 = pos(m, "IF v < 1 THEN");
     const auto v2 = pos(m, "IF v < 2 THEN");
@@ -99,7 +99,7 @@ TEST_CASE("schema 2 adds the idempotency table and refuses newer schemas") {
     pos(m, "PRIMARY KEY (scope, key)");
     pos(m, "ON \"fk\".idempotency (committed_at)");
     pos(m, "INSERT INTO \"fk\".schema_version (version) VALUES (2)");
-    pos(m, "IF v > 2 THEN");
+    pos(m, "IF v > " + std::to_string(sql::schema_version) + " THEN");
     // Only additions: nothing of version 1 is altered or dropped.
     CHECK(m.find("ALTER ") == std::string::npos);
     CHECK(m.find("DROP ") == std::string::npos);

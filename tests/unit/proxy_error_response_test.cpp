@@ -4,6 +4,9 @@
 
 #include <boost/beast/http/field.hpp>
 
+#include <optional>
+#include <string>
+
 using fk::errc;
 namespace http = boost::beast::http;
 using namespace fk::proxy;
@@ -87,6 +90,23 @@ TEST_CASE("errors: bodies with extra members") {
         CHECK(b["current_token"] == 5);
         CHECK(b["token"].is_number_integer());
     }
+    SUBCASE("stale_token caused by a fence floor names it") {
+        auto b = body_of(stale_token_response("jobs/a", 3, 50, "jobs/"));
+        CHECK(b["floor"] == "jobs/");
+        CHECK(b["current_token"] == 50);
+        CHECK(b["lock"] == "jobs/a");
+        CHECK_FALSE(body_of(stale_token_response("L", 3, 5)).contains("floor"));
+    }
+    SUBCASE("stale_token of PUT /v1/floors") {
+        auto res = stale_floor_response("", 7, 7);
+        CHECK(res.result_int() == 409);
+        auto b = body_of(res);
+        CHECK(b["error"] == "stale_token");
+        CHECK(b["prefix"] == "");
+        CHECK(b["token"] == 7);
+        CHECK(b["current_token"] == 7);
+        CHECK_FALSE(b.contains("lock"));
+    }
     SUBCASE("lock_mismatch") {
         auto res = lock_mismatch_response("k", "owner");
         CHECK(res.result_int() == 409);
@@ -150,4 +170,33 @@ TEST_CASE("applied_put_response: the bytes json_response writes for {key, lock, 
                     CHECK(got[http::field::content_type] == want[http::field::content_type]);
                     CHECK(got.body() == want.body());
                 }
+}
+
+TEST_CASE("stale_token_response: the bytes make_error_response writes, with and without a floor") {
+    const std::string names[] = {"",
+                                 "L",
+                                 "quote\"back\\slash",
+                                 std::string("ctl\x01\x7f", 5),
+                                 "\xc3\xbcnicode",
+                                 "bad \xff utf-8",
+                                 std::string(300, 'x')};
+    for (const auto& lock : names)
+        for (const auto& floor : {std::optional<std::string>{}, std::optional<std::string>{""},
+                                  std::optional<std::string>{lock}}) {
+            CAPTURE(lock);
+            const std::string message =
+                "fencing token 3 is below the fence 9 of lock '" + lock + "'" +
+                (floor ? " (the fence floor of prefix '" + *floor + "')" : std::string{}) +
+                "; nothing was written";
+            nlohmann::json fields = {{"lock", lock}, {"token", 3}, {"current_token", 9}};
+            if (floor)
+                fields["floor"] = *floor;
+            const auto want =
+                make_error_response(error_reply{errc::stale_token, message, fields, {}});
+            const auto got = stale_token_response(
+                lock, 3, 9, floor ? std::optional<std::string_view>{*floor} : std::nullopt);
+            CHECK(got.result() == want.result());
+            CHECK(got[http::field::content_type] == want[http::field::content_type]);
+            CHECK(got.body() == want.body());
+        }
 }

@@ -152,6 +152,7 @@ TEST_CASE("a fresh registry exports every family with zeroes and parses") {
     CHECK(e.types.at("fencekeeper_connections_rejected_total") == "counter");
     CHECK(e.types.at("fencekeeper_shed_requests_total") == "counter");
     CHECK(e.types.at("fencekeeper_lock_mismatch_total") == "counter");
+    CHECK(e.types.at("fencekeeper_stale_floor_total") == "counter");
     CHECK(e.types.at("fencekeeper_build_info") == "gauge");
 
     // requests_total: only observed pairs, so none yet.
@@ -163,13 +164,13 @@ TEST_CASE("a fresh registry exports every family with zeroes and parses") {
     for (const char* k : {"unavailable", "outcome_unknown", "internal"}) {
         CHECK(e.value("fencekeeper_store_errors_total", {{"kind", k}}) == 0);
     }
-    for (const char* r : {"resource", "fence", "fences_list", "operation", "healthz", "readyz",
-                          "metrics", "not_found"}) {
+    for (const char* r : {"resource", "fence", "fences_list", "operation", "floors", "healthz",
+                          "readyz", "metrics", "not_found"}) {
         CHECK(e.value(std::string(req_dur) + "_count", {{"route", r}}) == 0);
-        CHECK(e.count(std::string(req_dur) + "_bucket") == 8 * 15);
+        CHECK(e.count(std::string(req_dur) + "_bucket") == 9 * 15);
     }
-    for (const char* op :
-         {"put", "delete", "get", "fence_advance", "fence_read", "fence_list", "operation"}) {
+    for (const char* op : {"put", "delete", "get", "fence_advance", "fence_read", "fence_list",
+                           "operation", "floor_raise", "floor_list"}) {
         CHECK(e.value(std::string(store_dur) + "_count", {{"op", op}}) == 0);
     }
     CHECK(e.count("fencekeeper_stale_token_gap_bucket") == 9);
@@ -241,6 +242,7 @@ TEST_CASE("writes: a scripted sequence of results, stale gaps and lock mismatche
     m.observe_stale_gap(10, 9);
     m.count_write(errc::stale_token);
     m.observe_stale_gap(1000, 1);
+    m.count_stale_floor(); // the second stale write was refused by a fence floor
     m.count_write(errc::precondition_failed);
     m.count_write(errc::lock_mismatch);
     m.count_write(errc::unavailable);
@@ -252,6 +254,7 @@ TEST_CASE("writes: a scripted sequence of results, stale gaps and lock mismatche
     CHECK(e.value("fencekeeper_writes_total", {{"result", "precondition_failed"}}) == 1);
     CHECK(e.value("fencekeeper_writes_total", {{"result", "error"}}) == 3);
     CHECK(e.value("fencekeeper_lock_mismatch_total") == 1);
+    CHECK(e.value("fencekeeper_stale_floor_total") == 1);
 
     const char* g = "fencekeeper_stale_token_gap_bucket";
     CHECK(e.value(g, {{"le", "1"}}) == 1);
@@ -287,6 +290,7 @@ TEST_CASE("store: durations by op, errors by kind; client errors are not store e
     m.observe_store(store_op::fence_read, 7ms, errc::unavailable);
     m.observe_store(store_op::operation, 3ms, errc::internal);
     m.observe_store(store_op::fence_list, 3ms);
+    m.observe_store(store_op::floor_raise, 3ms, errc::stale_token);
     m.count_store_error(store_error::unavailable);
     const auto e = scrape(m);
 
@@ -299,6 +303,7 @@ TEST_CASE("store: durations by op, errors by kind; client errors are not store e
     CHECK(e.value(std::string(store_dur) + "_count", {{"op", "get"}}) == 1);
     CHECK(e.value(std::string(store_dur) + "_count", {{"op", "fence_read"}}) == 1);
     CHECK(e.value(std::string(store_dur) + "_count", {{"op", "fence_list"}}) == 1);
+    CHECK(e.value(std::string(store_dur) + "_count", {{"op", "floor_raise"}}) == 1);
     CHECK(e.value(std::string(store_dur) + "_count", {{"op", "fence_advance"}}) == 0);
     CHECK(e.value("fencekeeper_store_errors_total", {{"kind", "unavailable"}}) == 2);
     CHECK(e.value("fencekeeper_store_errors_total", {{"kind", "outcome_unknown"}}) == 1);

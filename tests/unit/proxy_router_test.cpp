@@ -32,6 +32,13 @@ TEST_CASE("routes: every path and method") {
         {verb::get, "/v1/fences", route::fences_list, errc::ok},
         {verb::head, "/v1/fences", route::fences_list, errc::ok},
         {verb::put, "/v1/fences", route::fences_list, errc::method_not_allowed},
+        {verb::put, "/v1/floors?prefix=", route::floors, errc::ok},
+        {verb::put, "/v1/floors", route::floors, errc::invalid_request},
+        {verb::get, "/v1/floors", route::floors, errc::ok},
+        {verb::head, "/v1/floors", route::floors, errc::ok},
+        {verb::post, "/v1/floors", route::floors, errc::method_not_allowed},
+        {verb::delete_, "/v1/floors?prefix=", route::floors, errc::method_not_allowed},
+        {verb::get, "/v1/floors/", route::not_found, errc::not_found},
         {verb::post, "/v1/operations/op", route::operation, errc::ok},
         {verb::get, "/v1/operations/op", route::operation, errc::method_not_allowed},
         {verb::put, "/v1/operations/op", route::operation, errc::method_not_allowed},
@@ -66,6 +73,7 @@ TEST_CASE("routes: 405 carries the route's Allow list") {
     CHECK(match_route(verb::post, "/v1/resources/a").allow == "GET, HEAD, PUT, DELETE");
     CHECK(match_route(verb::delete_, "/v1/fences/a").allow == "GET, HEAD, PUT");
     CHECK(match_route(verb::post, "/v1/fences").allow == "GET, HEAD");
+    CHECK(match_route(verb::post, "/v1/floors").allow == "GET, HEAD, PUT");
     CHECK(match_route(verb::get, "/v1/operations/x").allow == "POST");
     CHECK(match_route(verb::post, "/healthz").allow == "GET, HEAD");
     CHECK(match_route(verb::post, "/readyz").allow == "GET, HEAD");
@@ -191,5 +199,6 @@ TEST_CASE("routes: listing query") {
 TEST_CASE("routes: names for logs") {
     CHECK(to_string(route::resource) == "resource");
     CHECK(to_string(route::fences_list) == "fences_list");
+    CHECK(to_string(route::floors) == "floors");
     CHECK(to_string(route::not_found) == "not_found");
 }

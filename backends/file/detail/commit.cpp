@@ -286,7 +286,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         std::deque<std::unique_ptr<pending>> now;
         std::lock_guard lock(claims_mutex_);
         for (auto& p : batch) {
-            if (p->op != pending::kind::fence && !p->direct) {
+            const bool names_key = p->op == pending::kind::put || p->op == pending::kind::remove;
+            if (names_key && !p->direct) {
                 auto [c, fresh] = claims_.try_emplace(p->key, false);
                 if (c->second) { // a direct body (of an item in a later batch, or later here)
                     deferred_.push_back(std::move(p));
@@ -325,6 +326,13 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     const std::int64_t ms = store_now_ms();
     const std::int64_t unexpired_after = ms - retention_ms_;
     std::unordered_map<std::string, token_t> raised; // lock → fence after the batch
+    // The floors every item is decided against: the committed ones, or, from the batch's
+    // first floor raise on, a copy with this batch's raises, installed after the COMMIT (a
+    // batch that does not commit leaves the committed floors as they were).
+    std::optional<fence::floor_set> staged_floors;
+    auto floors = [&]() -> const fence::floor_set& {
+        return staged_floors ? *staged_floors : floors_;
+    };
     std::int64_t last_redo = 0;
     std::size_t accepted = 0;
     // The fence of `lock` in the transaction, raised to `token` when that is higher.
@@ -364,16 +372,54 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
                 continue;
             }
         }
+        if (p.op == pending::kind::floor) {
+            if (!staged_floors)
+                staged_floors = floors_;
+            switch (staged_floors->raise(p.lock, p.token, ms, max_floors)) {
+            case fence::floor_set::raise_outcome::not_above:
+                r.error = errc::stale_token;
+                r.current_token = staged_floors->floor_of(p.lock).value_or(0);
+                continue;
+            case fence::floor_set::raise_outcome::full:
+                r.error = errc::invalid_request;
+                r.message = "there are already " + std::to_string(max_floors) +
+                            " fence floors (the most a store keeps); raise an existing "
+                            "prefix's floor, or one with a shorter prefix, instead";
+                continue;
+            case fence::floor_set::raise_outcome::raised:
+                break;
+            }
+            if (writer_.put_floor(p.lock, p.token, ms) != index_ok)
+                return index_failed("writing a fence floor");
+            // Before the COMMIT: a fence read that finds it unset knows its snapshot of the
+            // index has no floor (read_fence).
+            has_floors_.store(true);
+            r.token = p.token;
+            if (record(p) != index_ok)
+                return index_failed("writing an idempotency record");
+            p.accepted = true;
+            ++accepted;
+            continue;
+        }
         fence_row f;
         int rc = writer_.get_fence(p.lock, f);
         if (rc != index_row && rc != index_done)
             return index_failed("reading a fence");
+        // The lock's own fence, and the effective one: the own fence raised to the highest
+        // floor over the lock. A write is decided against the effective fence; an accepted
+        // one moves the own fence as without floors.
         const std::optional<token_t> fence =
             rc == index_row ? std::optional<token_t>(f.token) : std::nullopt;
+        const fence::effective_fence eff = floors().effective(p.lock, fence);
+        auto stale = [&] {
+            r.error = errc::stale_token;
+            r.current_token = eff.token.value_or(0);
+            if (eff.floor)
+                r.floor = std::string(eff.floor->prefix);
+        };
         if (p.op == pending::kind::fence) {
-            if (!fence::accepts(fence, p.token)) {
-                r.error = errc::stale_token;
-                r.current_token = *fence;
+            if (!fence::accepts(eff.token, p.token)) {
+                stale();
                 continue;
             }
             if (advance(p.lock, fence, p.token) != index_ok)
@@ -392,12 +438,12 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         const bool exists = rc == index_row && k.exists;
         const std::int64_t version = rc == index_row ? k.version : 0;
         fence::key_state ks{exists, exists ? std::string_view(k.lock) : "", version};
-        errc e = fence::check_write(ks, p.lock, fence, p.token, p.pre);
+        errc e = fence::check_write(ks, p.lock, eff.token, p.token, p.pre);
         if (e != errc::ok) {
             // Data only: the proxy words the reply (proxy/error_response.hpp).
             r.error = e;
             if (e == errc::stale_token)
-                r.current_token = fence.value_or(0);
+                stale();
             else if (e == errc::lock_mismatch)
                 r.lock = k.lock;
             continue;
@@ -517,6 +563,12 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             reply_all();
             return;
         }
+        if (staged_floors) {
+            // Committed: every later batch is decided against them, and from here on reads
+            // see them.
+            std::unique_lock floors_guard(floors_mutex_);
+            floors_ = std::move(*staged_floors);
+        }
         FK_FAILPOINT("after_index_commit");
         for (auto& p : batch) {
             if (!p->accepted || !p->dir)
@@ -551,7 +603,9 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             cache_.observe_key(p->key, p->lock);
         else if (p->accepted && p->op == pending::kind::remove)
             cache_.forget_key(p->key);
-        else if (!p->accepted && p->result.error == errc::stale_token)
+        else if (!p->accepted && p->result.error == errc::stale_token && !p->result.floor &&
+                 p->op != pending::kind::floor)
+            // The own fence (a floor's token is not one: the cache knows no floors).
             cache_.observe_fence(p->lock, p->result.current_token);
     }
 

@@ -18,6 +18,10 @@
 // state_mutex_: the committer holds it exclusively from its COMMIT through the renames,
 // and a GET holds it shared while it reads a key's row and opens its body, so a body is
 // never paired with another version's metadata.
+// floors_mutex_: the committer owns the fence floors (floors_) and decides every write
+// against them in its batch; it holds this exclusively only to install the floors a batch
+// committed, and floor listings and the fast stale checks hold it shared. Fence reads
+// take the floors from the index, in the snapshot they read the fence from.
 
 #include "backends/fence_cache.hpp"
 #include "backends/file/detail/index.hpp"
@@ -25,6 +29,7 @@
 #include "backends/file/detail/objects_dir.hpp"
 #include "backends/file/detail/sys.hpp"
 #include "backends/file/file_store.hpp"
+#include "fence/floors.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -57,11 +62,11 @@ std::int64_t store_now_ms();
 // the same fingerprint, idempotency_key_reused for another.
 write_result answer_from(const idem_row& rec, const idempotency& idem);
 
-// One write, delete or fence advance on its way through the committer.
+// One write, delete, fence advance or floor raise on its way through the committer.
 struct pending {
-    enum class kind { put, remove, fence } op = kind::put;
+    enum class kind { put, remove, fence, floor } op = kind::put;
     std::string key;
-    std::string lock;
+    std::string lock; // floor: the prefix
     token_t token = 0;
     fence::preconditions pre;
     // The write's Idempotency-Key: the committer answers it from its record, or records
@@ -108,6 +113,8 @@ public:
     net::awaitable<write_result> advance_fence(fence_request req) override;
     net::awaitable<fence_result> read_fence(std::string lock) override;
     net::awaitable<list_result> list_fences(list_request req) override;
+    net::awaitable<write_result> raise_floor(floor_request req) override;
+    net::awaitable<floors_result> list_floors() override;
     bool ready() const noexcept override;
     const commit_stats* batches() const noexcept override { return &commit_sizes_; }
     void stop() override;
@@ -132,8 +139,12 @@ private:
     bool usable() const noexcept { return !failed_ && !stopped_; }
     // The cache's answer: stale_token (r filled) when it proves `token` stale for a write
     // of `key` under `lock` ("" for a fence advance), ok otherwise.
+    // A floor above the cached fence leaves the decision to the committer: only it knows
+    // the own fence exactly, and with it the effective fence and whether a floor sets it.
     errc cached_stale(const std::string& key, const std::string& lock, token_t token,
                       write_result& r);
+    // A committed floor matching `lock` is above `token` (any thread).
+    bool floor_above(std::string_view lock, token_t token) const;
     // Key validation and the cache (put and remove): the item to go on with, or null with
     // `r` holding the answer.
     // A keyed write skips the cache here (`check_cache` false): its record is looked up
@@ -193,6 +204,8 @@ private:
     // Deletes redo rows whose files the flusher has made durable (in its own
     // transaction when `standalone`, else in the caller's).
     int trim_redo(bool standalone);
+    // Loads the committed floors from the index (open, before the committer starts).
+    std::optional<open_error> load_floors();
     // Deletes at most `limit` expired idempotency records (in its own transaction when
     // `standalone`, else in the caller's) when a step is due, and schedules the next.
     int expire_records(bool standalone, int limit);
@@ -225,6 +238,16 @@ private:
     std::int64_t retention_ms_ = 0;
 
     mutable std::shared_mutex state_mutex_;
+
+    // The committed fence floors, as in the index's floors table (docs/file-store.md, "Fence
+    // floors"). Written only by the committer (and open) under the exclusive floors_mutex_,
+    // after the COMMIT that made them durable; the committer reads them without the lock,
+    // every other thread under the shared lock. has_floors_: the index may hold a floor
+    // (set at open, or by the committer before the COMMIT of the first raise; never reset),
+    // so that reads and the fast paths skip the floors entirely while there are none.
+    fence::floor_set floors_;
+    mutable std::shared_mutex floors_mutex_;
+    std::atomic<bool> has_floors_{false};
 
     std::uint64_t nonce_ = 0;
     std::atomic<std::uint64_t> seq_{0};

@@ -58,10 +58,16 @@ CREATE TABLE IF NOT EXISTS idempotency (
   PRIMARY KEY (scope, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (committed_ms);
+CREATE TABLE IF NOT EXISTS floors (
+  prefix        TEXT NOT NULL PRIMARY KEY,
+  token         INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+) WITHOUT ROWID;
 )sql";
 
 void bind_text(sqlite3_stmt* s, int i, std::string_view v) {
-    sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    // A null pointer would bind NULL: an empty name (the floor of every lock) is "".
+    sqlite3_bind_text(s, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_TRANSIENT);
 }
 
 std::string column_text(sqlite3_stmt* s, int i) {
@@ -368,6 +374,61 @@ int index_connection::get_idem(std::string_view scope, std::string_view key, std
     return rc;
 }
 
+int index_connection::list_floors(std::vector<fence::floor_entry>& out) {
+    if (!list_floors_) {
+        if (int rc = prepare(list_floors_,
+                             "SELECT prefix, token, updated_at_ms FROM floors ORDER BY prefix");
+            rc != SQLITE_OK)
+            return rc;
+    }
+    reset_on_exit guard{list_floors_};
+    int rc;
+    while ((rc = sqlite3_step(list_floors_)) == SQLITE_ROW)
+        out.push_back(fence::floor_entry{column_text(list_floors_, 0),
+                                         sqlite3_column_int64(list_floors_, 1),
+                                         sqlite3_column_int64(list_floors_, 2)});
+    if (rc != SQLITE_DONE)
+        return fail(rc, "reading fence floors");
+    return SQLITE_DONE;
+}
+
+int index_connection::floors_over(std::string_view lock, std::vector<fence::floor_entry>& out) {
+    if (!floors_over_) {
+        // Every floor over `lock` sorts at or before it; at most store::max_floors rows.
+        if (int rc = prepare(floors_over_, "SELECT prefix, token, updated_at_ms FROM floors "
+                                           "WHERE prefix <= ?1 ORDER BY prefix");
+            rc != SQLITE_OK)
+            return rc;
+    }
+    reset_on_exit guard{floors_over_};
+    bind_text(floors_over_, 1, lock);
+    int rc;
+    while ((rc = sqlite3_step(floors_over_)) == SQLITE_ROW) {
+        std::string prefix = column_text(floors_over_, 0);
+        if (lock.substr(0, prefix.size()) == prefix)
+            out.push_back(fence::floor_entry{std::move(prefix),
+                                             sqlite3_column_int64(floors_over_, 1),
+                                             sqlite3_column_int64(floors_over_, 2)});
+    }
+    if (rc != SQLITE_DONE)
+        return fail(rc, "reading fence floors");
+    return SQLITE_DONE;
+}
+
+int index_connection::begin_read() {
+    if (int rc = read_begin_ ? SQLITE_OK : prepare(read_begin_, "BEGIN DEFERRED"); rc != SQLITE_OK)
+        return rc;
+    if (int rc = read_end_ ? SQLITE_OK : prepare(read_end_, "COMMIT"); rc != SQLITE_OK)
+        return rc;
+    const int rc = run_once(read_begin_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "BEGIN");
+}
+
+void index_connection::end_read() noexcept {
+    if (read_end_ && !sqlite3_get_autocommit(db_))
+        run_once(read_end_);
+}
+
 int index_reader::open(const std::string& path) {
     return index_connection::open(path, SQLITE_OPEN_READONLY, 4096);
 }
@@ -400,8 +461,9 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
     if ((r.rc = exec(setup)) != SQLITE_OK)
         return r;
     // A new file gets the whole schema; an older format gets what it lacks (format 1 → 2:
-    // the idempotency table and its index), in the same one transaction as its new
-    // user_version, so a crash leaves either format 1 untouched or format 2 complete.
+    // the idempotency table and its index; 2 → 3: the floors table), in the same one
+    // transaction as its new user_version, so a crash leaves either the old format
+    // untouched or the new one complete.
     const std::string create = std::string("BEGIN IMMEDIATE;") + schema_sql +
                                "PRAGMA user_version=" + std::to_string(index_format) + ";COMMIT;";
     if ((r.rc = exec(create.c_str())) != SQLITE_OK) {
@@ -436,6 +498,9 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
         {&expire_idem_, "DELETE FROM idempotency WHERE (scope, key) IN (SELECT scope, key "
                         "FROM idempotency WHERE committed_ms <= ?1 ORDER BY committed_ms "
                         "LIMIT ?2)"},
+        {&put_floor_, "INSERT INTO floors (prefix, token, updated_at_ms) VALUES (?1, ?2, ?3) "
+                      "ON CONFLICT (prefix) DO UPDATE SET token = excluded.token, "
+                      "updated_at_ms = excluded.updated_at_ms"},
     };
     for (auto [stmt, sql] : statements)
         if ((r.rc = prepare(*stmt, sql)) != SQLITE_OK)
@@ -557,6 +622,14 @@ int index_writer::expire_idem(std::int64_t through_ms, int limit, int& deleted) 
         return fail(rc, "deleting expired idempotency records");
     deleted = sqlite3_changes(db_);
     return SQLITE_OK;
+}
+
+int index_writer::put_floor(std::string_view prefix, fence::token_t token, std::int64_t ms) {
+    bind_text(put_floor_, 1, prefix);
+    sqlite3_bind_int64(put_floor_, 2, token);
+    sqlite3_bind_int64(put_floor_, 3, ms);
+    int rc = run_once(put_floor_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "writing a fence floor");
 }
 
 int index_writer::mark_clean(bool clean) {

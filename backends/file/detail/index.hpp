@@ -12,6 +12,7 @@
 // Errors: calls return an int SQLite result code (SQLITE_OK / SQLITE_ROW / SQLITE_DONE
 // on success) and keep the last message in last_error(); none throws.
 
+#include "fence/floors.hpp"
 #include "fence/token.hpp"
 
 #include <cstdint>
@@ -31,8 +32,9 @@ inline constexpr int index_row = 100;  // SQLITE_ROW: found
 inline constexpr int index_done = 101; // SQLITE_DONE: absent, or finished
 
 // The format this build writes and the newest it reads (PRAGMA user_version). 2 added the
-// idempotency table; opening a format-1 index adds it in place (index_writer::open).
-inline constexpr int index_format = 2;
+// idempotency table, 3 the floors table; opening an older index adds what it lacks in
+// place (index_writer::open).
+inline constexpr int index_format = 3;
 inline constexpr const char* index_file = "index.db";
 
 struct fence_row {
@@ -94,6 +96,15 @@ public:
     // expired, absent); SQLITE_ROW when found.
     int get_idem(std::string_view scope, std::string_view key, std::int64_t after_ms,
                  idem_row& out);
+    // Every fence floor (docs/file-store.md, "Fence floors"), appended to `out` in bytewise
+    // order of prefix; SQLITE_DONE when read.
+    int list_floors(std::vector<fence::floor_entry>& out);
+    // The floors whose prefix `lock` starts with, appended to `out`; SQLITE_DONE when read.
+    int floors_over(std::string_view lock, std::vector<fence::floor_entry>& out);
+    // A read transaction (not on the writer inside its own): the reads until end_read()
+    // see one snapshot. SQLITE_OK when begun; end_read() after every successful begin.
+    int begin_read();
+    void end_read() noexcept;
 
 protected:
     int open(const std::string& path, int flags, int cache_kib);
@@ -109,6 +120,10 @@ private:
     sqlite3_stmt* get_key_ = nullptr;
     sqlite3_stmt* list_ = nullptr;
     sqlite3_stmt* get_idem_ = nullptr;
+    sqlite3_stmt* list_floors_ = nullptr;
+    sqlite3_stmt* floors_over_ = nullptr;
+    sqlite3_stmt* read_begin_ = nullptr;
+    sqlite3_stmt* read_end_ = nullptr;
     std::vector<sqlite3_stmt*> owned_;
 };
 
@@ -151,6 +166,9 @@ public:
     // Deletes at most `limit` records committed at or before `through_ms`, oldest first;
     // `deleted` gets how many went.
     int expire_idem(std::int64_t through_ms, int limit, int& deleted);
+    // Sets the floor of `prefix` ("" allowed) to `token`; the caller has checked that it
+    // goes up.
+    int put_floor(std::string_view prefix, fence::token_t token, std::int64_t ms);
 
     // Outside a transaction: the clean-shutdown flag.
     int mark_clean(bool clean);
@@ -173,6 +191,7 @@ private:
     sqlite3_stmt* delete_redo_ = nullptr;
     sqlite3_stmt* put_idem_ = nullptr;
     sqlite3_stmt* expire_idem_ = nullptr;
+    sqlite3_stmt* put_floor_ = nullptr;
 };
 
 // Runs PASSIVE checkpoints (which never block the writer) on its own connection.

@@ -125,6 +125,20 @@ std::optional<open_error> file_store::open_index() {
     return std::nullopt;
 }
 
+std::optional<open_error> file_store::load_floors() {
+    // The index is the truth: a floor is in memory exactly when its raise committed
+    // (docs/file-store.md, "Fence floors"), whatever way the last run ended.
+    std::vector<fence::floor_entry> rows;
+    if (writer_.list_floors(rows) != index_done)
+        return open_error{"file store " + root_ + ": reading fence floors: " + writer_.last_error(),
+                          1};
+    std::unique_lock guard(floors_mutex_);
+    for (auto& f : rows)
+        floors_.load(std::move(f));
+    has_floors_.store(!floors_.empty());
+    return std::nullopt;
+}
+
 std::optional<open_error> file_store::replay_redo() {
     std::vector<redo_row> rows;
     if (writer_.redo_rows(rows) != index_ok)
@@ -232,7 +246,8 @@ std::optional<open_error> file_store::replay_redo() {
                     {"redo_rows", rows.size()},
                     {"rolled_forward", rolled},
                     {"restored_from_redo", restored},
-                    {"removed", removed}});
+                    {"removed", removed},
+                    {"floors", floors_.size()}});
     return std::nullopt;
 }
 

@@ -51,6 +51,8 @@ result_table to_table(const PGresult* res) {
             t.message = full;
         if (const char* d = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL))
             t.detail = d;
+        if (const char* h = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT))
+            t.hint = h;
         while (!t.message.empty() && (t.message.back() == '\n' || t.message.back() == ' '))
             t.message.pop_back();
         return t;

@@ -21,8 +21,9 @@ namespace fk::store::pg::sql {
 //      key) (its one-time filter reads all of w and v, and its Sort all of f, before the
 //      first claim: N is over when I starts). A claim waits only for a transaction that
 //      is inserting, renewing or deleting that record;
-//   and w updates only rows the batch already holds: no waiting. e reads records without
-//   locking them.
+//   and w updates only rows the batch already holds: no waiting. e reads records and h
+//   the fence floors without locking them (a floor raise's table locks never wait for
+//   anything a batch holds except its end: sql/floors.cpp).
 // A transaction waiting in a phase waits only for one that is in the same or a later
 // phase, and within a phase, for one that holds a lock later in that phase's order. A
 // wait-for cycle would have to stay inside one phase and go strictly up the sorted order
@@ -62,9 +63,14 @@ namespace fk::store::pg::sql {
 // and forces the (then index-only) generic plan, for itself only (set_config is_local);
 // other statements and named operations keep the session's settings (the measurement is
 // in docs/postgres.md).
+//
+// JIT is off in the batch transaction too: a plan that keeps a disabled node anyway (a
+// seq scan where no index serves) is costed above jit_above_cost, and compiling it took
+// 5 s at every execution (measured, when the floors were first read by a seq scan).
 std::string batch_begin_sql() {
     return "SELECT pg_catalog.set_config('enable_seqscan', 'off', true),\n"
-           "       pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)";
+           "       pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true),\n"
+           "       pg_catalog.set_config('jit', 'off', true)";
 }
 
 std::string write_batch_sql(std::string_view schema) {
@@ -94,15 +100,29 @@ std::string write_batch_sql(std::string_view schema) {
         "), k AS MATERIALIZED (\n"
         "  SELECT r.key, r.lock, r.version, r.deleted FROM @S.resources r\n"
         "  WHERE r.key = ANY ($1::text[]) ORDER BY r.key COLLATE \"C\" FOR UPDATE\n"
+        "), h AS MATERIALIZED (\n"
+        // The fence floors, read once per batch in the statement's snapshot (see
+        // fragments.hpp, floor_for, for why that snapshot sees every floor raised before
+        // the batch could write); at most max_floors rows, usually none. ORDER BY makes
+        // it an index scan: the seq scan, disabled here, would be costed 1e10.
+        "  SELECT fl.prefix, fl.token FROM @S.floors fl ORDER BY fl.prefix\n"
         "), x AS MATERIALIZED (\n"
-        // ex: the key exists (not a tombstone); absent: it has no row at all.
+        // ex: the key exists (not a tombstone); absent: it has no row at all. The floor
+        // over the row's lock: the highest whose prefix it starts with, on a tie the
+        // longest (fence::floor_set::highest_for).
         "  SELECT i.n, i.key, i.lock, i.token, i.is_delete, i.if_match, i.if_match_any,\n"
         "         i.if_none_match, k.key IS NULL AS absent,\n"
         "         coalesce(NOT k.deleted, false) AS ex, k.lock AS row_lock,\n"
-        "         k.version AS row_version, e.n IS NOT NULL AS answered\n"
+        "         k.version AS row_version, e.n IS NOT NULL AS answered,\n"
+        "         hf.prefix AS floor_prefix, hf.token AS floor_token\n"
         "  FROM i LEFT JOIN k ON k.key = i.key LEFT JOIN e ON e.n = i.n\n"
+        "    LEFT JOIN LATERAL (\n"
+        "      SELECT h.prefix, h.token FROM h WHERE starts_with(i.lock, h.prefix)\n"
+        "      ORDER BY h.token DESC, octet_length(h.prefix) DESC LIMIT 1) hf ON true\n"
         "), c AS MATERIALIZED (\n"
         "  SELECT x.n, x.key, x.lock, x.token, x.is_delete, x.absent, x.ex, x.answered,\n"
+        "         x.floor_prefix, x.floor_token,\n"
+        "         coalesce(x.token < x.floor_token, false) AS below_floor,\n"
         "         x.ex AND x.row_lock <> x.lock AS mismatch,\n"
         "         CASE WHEN x.ex THEN x.row_lock END AS key_lock,\n"
         "         ((x.if_none_match AND x.ex) OR (x.if_match_any AND NOT x.ex)\n"
@@ -112,7 +132,7 @@ std::string write_batch_sql(std::string_view schema) {
         "), f AS (\n"
         "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
         "  SELECT c.lock, c.token, now() FROM c\n"
-        "  WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered\n"
+        "  WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered AND NOT c.below_floor\n"
         "  ORDER BY c.lock COLLATE \"C\"\n"
         "  ";
     s += fence_upsert_tail;
@@ -167,10 +187,12 @@ std::string write_batch_sql(std::string_view schema) {
          // batch rolls back rather than commit it, and its writes are re-run.
          "SELECT c.n, c.mismatch, c.pre_failed, c.key_lock, f.token AS applied,\n"
          "       coalesce(w.version, v.version) AS version, NOT c.ex AS created,\n"
-         // seen_fence only matters for a refused row (map_write_cells): not looked up
-         // for the accepted or answered ones.
+         // seen_fence, the effective fence (the own fence or the floor), only matters
+         // for a refused row (map_write_cells): the own fence is not looked up for the
+         // accepted or answered ones.
          "       CASE WHEN f.token IS NULL AND NOT c.answered\n"
-         "            THEN (SELECT fs.token FROM @S.fences fs WHERE fs.lock = c.lock) END\n"
+         "            THEN greatest((SELECT fs.token FROM @S.fences fs WHERE fs.lock = c.lock),\n"
+         "                          c.floor_token) END\n"
          "         AS seen_fence,\n"
          "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex)\n"
          "                 AND w.n IS NULL AND v.key IS NULL\n"
@@ -183,7 +205,13 @@ std::string write_batch_sql(std::string_view schema) {
          "') END\n"
          "         AS unwritten,\n"
          "       e.same AS rec_same, e.created AS rec_created, e.version AS rec_version,\n"
-         "       e.token AS rec_token\n"
+         "       e.token AS rec_token,\n"
+         // floor: a refused row's floor, when it is above the own fence (or there is none);
+         // looked up only for a refused row under a floor.
+         "       CASE WHEN f.token IS NULL AND NOT c.answered AND c.floor_token IS NOT NULL\n"
+         "                 AND NOT EXISTS (SELECT 1 FROM @S.fences fs\n"
+         "                                 WHERE fs.lock = c.lock AND fs.token >= c.floor_token)\n"
+         "            THEN c.floor_prefix END AS floor\n"
          "FROM c JOIN i ON i.n = c.n LEFT JOIN f ON f.lock = c.lock LEFT JOIN w ON w.n = c.n\n"
          "  LEFT JOIN v ON v.key = c.key LEFT JOIN e ON e.n = c.n\n"
          "  LEFT JOIN rec ON rec.scope = i.scope AND rec.key = i.ikey\n"

@@ -7,6 +7,10 @@
 
 namespace fk::store::pg::sql {
 
+// Milliseconds since the epoch of a timestamptz column updated_at, as bigint.
+inline constexpr std::string_view ms_of_updated_at =
+    "floor(extract(epoch FROM updated_at) * 1000)::bigint";
+
 // The fence step shared by every write: advance the fence row when the token is at least
 // the fence. ON CONFLICT DO UPDATE locks the latest version of the row and evaluates the
 // WHERE against it, so concurrent writers to one lock serialize on that row lock even
@@ -39,6 +43,27 @@ inline std::string idem_claim_tail(std::string_view retention_param) {
 inline std::string idem_unexpired(std::string_view retention_param) {
     return "d.committed_at > now() - " + std::string(retention_param) + " * interval '1 second'";
 }
+
+// The fence floor that decides a lock's effective fence (docs/postgres.md, "Fence
+// floors"): the highest floor whose prefix `lock_expr` starts with, on a tie the longest
+// prefix (fence::floor_set::highest_for). Columns prefix, token, updated_at; no row when
+// no floor matches. The table holds at most store::max_floors rows and is read whole
+// (starts_with cannot use the primary key: the lock is the pattern's subject, not the
+// prefix). A statement that reads it in the same snapshot as it writes the fences table
+// sees every floor whose raise committed before the statement took its lock on fences:
+// raise_floor holds SHARE on fences until it commits (sql/floors.cpp).
+inline std::string floor_for(std::string_view lock_expr) {
+    return "SELECT fl.prefix, fl.token, fl.updated_at FROM @S.floors fl\n"
+           "  WHERE starts_with(" +
+           std::string(lock_expr) +
+           ", fl.prefix)\n"
+           "  ORDER BY fl.token DESC, octet_length(fl.prefix) DESC LIMIT 1";
+}
+
+// The prefix of the floor h (floor_for) when it sets the effective fence: it is above
+// the lock's own fence o (a CTE of one row or none), or the lock has none.
+inline constexpr std::string_view floor_named =
+    "(SELECT h.prefix FROM h WHERE NOT EXISTS (SELECT 1 FROM o WHERE o.token >= h.token))";
 
 inline constexpr std::string_view idem_raced_message =
     "a concurrent write committed a record under this Idempotency-Key, retry";

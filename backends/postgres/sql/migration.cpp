@@ -92,6 +92,55 @@ std::string migration_script(std::string_view schema) {
          "    CREATE INDEX idempotency_committed_at ON @S.idempotency (committed_at);\n"
          "    INSERT INTO @S.schema_version (version) VALUES (2);\n"
          "  END IF;\n"
+         // Version 3: fence floors (docs/postgres.md, "Fence floors"). Adds the table and
+         // gives the operations' fence step the floor check (the write statements of
+         // this binary have it in their text). Version-2 proxies still running keep
+         // working, without enforcing floors on puts, deletes and fence advances: raise
+         // floors once every proxy is upgraded.
+         "  IF v < 3 THEN\n"
+         "    CREATE TABLE @S.floors (\n"
+         "      prefix text COLLATE \"C\" PRIMARY KEY,\n"
+         "      token bigint NOT NULL,\n"
+         "      updated_at timestamptz NOT NULL DEFAULT now()\n"
+         "    );\n"
+         // The fence step first (it takes the lock on fences that a floor raise's SHARE
+         // lock waits for), then the floor, read by a statement whose snapshot is taken
+         // with that lock held: it sees every floor committed before this transaction
+         // could write (sql/floors.cpp). A stale token raises FKST1 with DETAIL = the
+         // effective fence and, when the floor sets it, HINT = 'floor:' || its prefix.
+         "    CREATE OR REPLACE FUNCTION @S.fk_fence_step(p_lock text, p_token bigint)\n"
+         "      RETURNS bigint\n"
+         "      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fk_fn$\n"
+         "    DECLARE cur bigint; applied boolean; fp text; ft bigint;\n"
+         "    BEGIN\n"
+         "      INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
+         "      VALUES (p_lock, p_token, now())\n"
+         "      ";
+    s += fence_upsert_tail;
+    s += "      ;\n"
+         "      applied := FOUND;\n"
+         "      SELECT h.prefix, h.token INTO fp, ft FROM (" +
+         floor_for("p_lock") +
+         ") h;\n"
+         "      IF applied AND (ft IS NULL OR ft <= p_token) THEN RETURN p_token; END IF;\n"
+         // Applied but below the floor: the own fence was at most p_token, so the floor
+         // is above it. Refused: the own fence, in a snapshot newer than the upsert's.
+         "      IF NOT applied THEN\n"
+         "        SELECT f.token INTO cur FROM @S.fences f WHERE f.lock = p_lock;\n"
+         "      END IF;\n"
+         "      IF ft IS NOT NULL AND ft > p_token AND (cur IS NULL OR ft > cur) THEN\n"
+         "        RAISE EXCEPTION USING ERRCODE = '" +
+         std::string(sqlstate_stale) +
+         "',\n"
+         "          MESSAGE = 'stale fencing token', DETAIL = ft::text, HINT = 'floor:' || fp;\n"
+         "      END IF;\n"
+         "      RAISE EXCEPTION USING ERRCODE = '" +
+         std::string(sqlstate_stale) +
+         "',\n"
+         "        MESSAGE = 'stale fencing token', DETAIL = coalesce(cur::text, '');\n"
+         "    END $fk_fn$;\n"
+         "    INSERT INTO @S.schema_version (version) VALUES (3);\n"
+         "  END IF;\n"
          "END\n"
          "$fk_migrate$;\n";
     return with_schema(s, schema);

@@ -102,6 +102,19 @@ param_list idem_expire_params(std::chrono::seconds retention, std::size_t limit)
     return {param::of(std::to_string(retention.count())), param::of(std::to_string(limit))};
 }
 
+param_list raise_floor_params(const floor_request& req, std::chrono::seconds retention) {
+    param_list out{param::of(req.prefix), param::of(token_text(req.token))};
+    if (req.idem) {
+        out.push_back(param::of(req.idem->scope));
+        out.push_back(param::of(req.idem->key));
+        out.push_back(param::bytes(req.idem->fingerprint));
+    } else {
+        out.insert(out.end(), {param::null(), param::null(), param::null()});
+    }
+    out.push_back(param::of(std::to_string(retention.count())));
+    return out;
+}
+
 param_list put_params(const put_request& req) {
     return single_write_params(
         {req.key, req.lock, req.token, false, req.body, req.content_type, req.pre});

@@ -77,4 +77,8 @@ param_list op_record_params(const idempotency& idem, token_t token, std::int64_t
                             const std::string& rows_json, std::chrono::seconds retention);
 param_list idem_expire_params(std::chrono::seconds retention, std::size_t limit);
 
+// raise_floor_sql's parameters: the key's scope, key and fingerprint are NULL for an
+// unkeyed raise. The fingerprint views `req`, which must outlive the exchange.
+param_list raise_floor_params(const floor_request& req, std::chrono::seconds retention);
+
 } // namespace fk::store::pg::sql

@@ -6,10 +6,6 @@
 namespace fk::store::pg::sql {
 namespace {
 
-// Milliseconds since the epoch of a timestamptz, as bigint.
-constexpr std::string_view ms_of_updated_at =
-    "floor(extract(epoch FROM updated_at) * 1000)::bigint";
-
 struct write_params {
     std::string key, lock, token, body, content_type, if_match, if_match_any, if_none_match;
 };
@@ -26,8 +22,10 @@ std::string_view if_match_param(int n) {
 //      lock and precondition checks below see the state we are about to change, and
 //      concurrent writers of one key serialize on that row;
 //   c  decides lock_mismatch and the preconditions on that row;
+//   h  the fence floor over the lock, if any (fragments.hpp, floor_for), and o the
+//      lock's own fence, both in the statement's snapshot;
 //   f  advances the fence only when c passed (a mismatch or failed precondition must
-//      leave the fence alone) and the token is >= the fence;
+//      leave the fence alone), the token is not below h and it is >= the fence;
 //   w  writes or tombstones the row only when f returned a row.
 // The only case k cannot lock is a key that does not exist yet: when a concurrent
 // transaction creates it first, w's ON CONFLICT WHERE re-checks lock and preconditions
@@ -58,11 +56,22 @@ std::string write_sql(std::string_view schema, const write_params& p, bool is_de
          "))\n"
          "           AS pre_failed\n"
          "  FROM x\n"
+         "), h AS MATERIALIZED (\n"
+         "  " +
+         floor_for(p.lock) +
+         "\n"
+         "), o AS MATERIALIZED (\n"
+         "  SELECT fs.token FROM @S.fences fs WHERE fs.lock = " +
+         p.lock +
+         "\n"
          "), f AS (\n"
          "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
          "  SELECT " +
          p.lock + ", " + p.token +
          ", now() FROM c WHERE NOT c.mismatch AND NOT c.pre_failed\n"
+         "    AND NOT EXISTS (SELECT 1 FROM h WHERE h.token > " +
+         p.token +
+         ")\n"
          "  ";
     s += fence_upsert_tail;
     s += "  RETURNING fe.token\n";
@@ -103,25 +112,27 @@ std::string write_sql(std::string_view schema, const write_params& p, bool is_de
              "    AND EXISTS (SELECT 1 FROM f)\n"
              "  RETURNING r.version, false AS created\n";
     }
-    // seen_fence reads the statement's snapshot (before f): it tells stale from a
-    // failed precondition, and when f found a higher fence than the snapshot shows, the
-    // caller re-runs the statement to report the fence that rejected it.
+    // seen_fence is the effective fence in the statement's snapshot (before f): the
+    // higher of o and h. It tells stale from a failed precondition, and when f found a
+    // higher fence than the snapshot shows, the caller re-runs the statement to report
+    // the fence that rejected it. floor names h when it is above o (or there is no o).
     const char* must_write = is_delete ? "c.ex" : "true";
     s += ")\n"
          "SELECT c.mismatch, c.pre_failed, c.key_lock,\n"
          "       (SELECT f.token FROM f) AS applied,\n"
          "       (SELECT w.version FROM w) AS version,\n"
          "       (SELECT w.created FROM w) AS created,\n"
-         "       (SELECT fs.token FROM @S.fences fs WHERE fs.lock = " +
-         p.lock +
-         ") AS seen_fence,\n"
+         "       greatest((SELECT o.token FROM o), (SELECT h.token FROM h)) AS seen_fence,\n"
          "       CASE WHEN " +
-         must_write +
+         std::string(must_write) +
          " AND EXISTS (SELECT 1 FROM f)\n"
          "                 AND NOT EXISTS (SELECT 1 FROM w)\n"
          "            THEN @S.fk_raise('" +
          std::string(sqlstate_retry) +
-         "', 'a concurrent write created the key, retry') END AS raced\n"
+         "', 'a concurrent write created the key, retry') END AS raced,\n"
+         "       " +
+         std::string(floor_named) +
+         " AS floor\n"
          "FROM c";
     return with_schema(s, schema);
 }
@@ -151,14 +162,24 @@ std::string delete_sql(std::string_view schema) {
 }
 
 std::string advance_sql(std::string_view schema) {
-    std::string s = "WITH f AS (\n"
+    // As write_sql's h, o and f (with no key to check), and its seen_fence and floor.
+    std::string s = "WITH h AS MATERIALIZED (\n"
+                    "  " +
+                    floor_for("$1::text") +
+                    "\n"
+                    "), o AS MATERIALIZED (\n"
+                    "  SELECT fs.token FROM @S.fences fs WHERE fs.lock = $1::text\n"
+                    "), f AS (\n"
                     "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
-                    "  VALUES ($1::text, $2::bigint, now())\n  ";
+                    "  SELECT $1::text, $2::bigint, now()\n"
+                    "  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.token > $2::bigint)\n  ";
     s += fence_upsert_tail;
     s += "  RETURNING fe.token\n"
          ")\n"
          "SELECT (SELECT f.token FROM f) AS applied,\n"
-         "       (SELECT fs.token FROM @S.fences fs WHERE fs.lock = $1::text) AS seen_fence";
+         "       greatest((SELECT o.token FROM o), (SELECT h.token FROM h)) AS seen_fence,\n"
+         "       " +
+         std::string(floor_named) + " AS floor";
     return with_schema(s, schema);
 }
 
@@ -172,8 +193,22 @@ std::string get_sql(std::string_view schema, bool with_body) {
 }
 
 std::string read_fence_sql(std::string_view schema) {
-    return with_schema("SELECT token, " + std::string(ms_of_updated_at) +
-                           " AS updated_ms FROM @S.fences WHERE lock = $1::text",
+    // One row always; map_read_fence decides which of the two sets the effective fence.
+    return with_schema("WITH o AS MATERIALIZED (\n"
+                       "  SELECT token, updated_at FROM @S.fences WHERE lock = $1::text\n"
+                       "), h AS MATERIALIZED (\n"
+                       "  " +
+                           floor_for("$1::text") +
+                           "\n"
+                           ")\n"
+                           "SELECT (SELECT o.token FROM o) AS token,\n"
+                           "       (SELECT " +
+                           std::string(ms_of_updated_at) +
+                           " FROM o) AS updated_ms,\n"
+                           "       (SELECT h.prefix FROM h) AS floor,\n"
+                           "       (SELECT h.token FROM h) AS floor_token,\n"
+                           "       (SELECT " +
+                           std::string(ms_of_updated_at) + " FROM h) AS floor_updated_ms",
                        schema);
 }
 
@@ -215,9 +250,16 @@ std::string advance_idem_sql(std::string_view schema) {
                     "  WHERE " +
                     idem_unexpired("$6::bigint") +
                     "\n"
+                    "), h AS MATERIALIZED (\n"
+                    "  " +
+                    floor_for("$1::text") +
+                    "\n"
+                    "), o AS MATERIALIZED (\n"
+                    "  SELECT fs.token FROM @S.fences fs WHERE fs.lock = $1::text\n"
                     "), f AS (\n"
                     "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
-                    "  SELECT $1::text, $2::bigint, now() WHERE NOT EXISTS (SELECT 1 FROM e)\n  ";
+                    "  SELECT $1::text, $2::bigint, now() WHERE NOT EXISTS (SELECT 1 FROM e)\n"
+                    "    AND NOT EXISTS (SELECT 1 FROM h WHERE h.token > $2::bigint)\n  ";
     s += fence_upsert_tail;
     s += "  RETURNING fe.token\n"
          "), r AS (\n"
@@ -227,13 +269,15 @@ std::string advance_idem_sql(std::string_view schema) {
     s += "  RETURNING d.token\n"
          ")\n"
          "SELECT (SELECT f.token FROM f) AS applied,\n"
-         "       (SELECT fs.token FROM @S.fences fs WHERE fs.lock = $1::text) AS seen_fence,\n"
+         "       greatest((SELECT o.token FROM o), (SELECT h.token FROM h)) AS seen_fence,\n"
          "       CASE WHEN EXISTS (SELECT 1 FROM f) AND NOT EXISTS (SELECT 1 FROM r)\n"
          "            THEN @S.fk_raise('" +
          std::string(sqlstate_retry) + "', '" + std::string(idem_raced_message) +
          "') END AS raced,\n"
          "       (SELECT e.same FROM e) AS rec_same,\n"
-         "       (SELECT e.token FROM e) AS rec_token";
+         "       (SELECT e.token FROM e) AS rec_token,\n"
+         "       " +
+         std::string(floor_named) + " AS floor";
     return with_schema(s, schema);
 }
 
@@ -286,6 +330,10 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::commit, "COMMIT", 0},
         {name::op_record, op_record_sql(schema), 7},
         {name::idem_expire, idem_expire_sql(schema), 2},
+        {name::floor_lock_floors, floor_lock_floors_sql(schema), 0},
+        {name::floor_lock_fences, floor_lock_fences_sql(schema), 0},
+        {name::raise_floor, raise_floor_sql(schema), 6},
+        {name::list_floors, list_floors_sql(schema), 0},
     };
 }
 

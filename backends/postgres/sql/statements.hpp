@@ -17,7 +17,7 @@
 namespace fk::store::pg::sql {
 
 // The schema version this binary creates and understands (table schema_version).
-inline constexpr int schema_version = 2;
+inline constexpr int schema_version = 3;
 
 // SQLSTATEs raised by our own functions (class "FK" is unused by Postgres).
 // FKR01: a concurrent create raced us, or a concurrent write committed a record under the
@@ -45,6 +45,11 @@ inline constexpr const char* begin = "fk_begin";
 inline constexpr const char* commit = "fk_commit";
 inline constexpr const char* op_record = "fk_op_record";
 inline constexpr const char* idem_expire = "fk_idem_expire";
+// Fence floors (schema version 3).
+inline constexpr const char* floor_lock_floors = "fk_floor_lock_floors";
+inline constexpr const char* floor_lock_fences = "fk_floor_lock_fences";
+inline constexpr const char* raise_floor = "fk_raise_floor";
+inline constexpr const char* list_floors = "fk_list_floors";
 } // namespace name
 
 // "fk_op_<index>": user operations are named by their position in the sorted config map,
@@ -75,6 +80,9 @@ std::string put_sql(std::string_view schema);
 std::string delete_sql(std::string_view schema);
 std::string advance_sql(std::string_view schema);
 std::string get_sql(std::string_view schema, bool with_body);
+// read_fence_sql($1 lock): one row: the lock's own fence (token, updated_ms; NULL when
+// none), then the floor that matches it (floor, floor_token, floor_updated_ms; NULL when
+// none; fragments.hpp, floor_for).
 std::string read_fence_sql(std::string_view schema);
 std::string list_sql(std::string_view schema, bool bounded);
 std::string op_fence_sql(std::string_view schema);
@@ -82,15 +90,17 @@ std::string op_fence_sql(std::string_view schema);
 // Group commit (the lock-order argument is in sql/batch.cpp and docs/postgres.md). A
 // batch of writes to distinct keys and distinct locks is one pipeline in one implicit
 // transaction: [batch_begin_sql, write_batch_sql, Sync].
-//   batch_begin_sql: index-only generic plans in this transaction (see sql/batch.cpp).
+//   batch_begin_sql: index-only generic plans, no JIT, in this transaction (see
+//     sql/batch.cpp).
 //   write_batch_sql($1 key[], $2 lock[], $3 token[], $4 body[], $5 content_type[],
 //     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[],
 //     $10 idem_scope[], $11 idem_key[], $12 fingerprint[] (NULL for an unkeyed row),
 //     $13 retention_s): per row, the same checks and fence step as put_sql/delete_sql,
 //     each row fenced on its own; updates the keys that have a row and inserts the
 //     others; a keyed row with an unexpired record is answered from it and not applied,
-//     an applied keyed row gets its record; one result row per input row, in input
-//     order (map_batch). Also used for a lone keyed put or delete.
+//     an applied keyed row gets its record; a row below the floor over its lock is
+//     refused (the fence floors, below); one result row per input row, in input order
+//     (map_batch). Also used for a lone keyed put or delete.
 std::string batch_begin_sql();
 std::string write_batch_sql(std::string_view schema);
 
@@ -114,5 +124,25 @@ std::string idem_get_sql(std::string_view schema);
 std::string advance_idem_sql(std::string_view schema);
 std::string op_record_sql(std::string_view schema);
 std::string idem_expire_sql(std::string_view schema);
+
+// Fence floors (table floors, schema version 3; docs/postgres.md, "Fence floors"). Every
+// write statement above checks the effective fence, max(own fence, the highest floor
+// whose prefix the lock starts with), in its fence step, and reports it as seen_fence,
+// with a last column `floor`: the floor's prefix when the floor is above the own fence
+// (or there is none), else NULL. A floor is raised by one transaction, the pipeline
+//   [BEGIN, floor_lock_floors_sql, floor_lock_fences_sql, raise_floor_sql, COMMIT, Sync]
+// (sql/floors.cpp says why the locks).
+//   raise_floor_sql($1 prefix, $2 token, $3 scope, $4 key, $5 fingerprint (NULL for an
+//     unkeyed raise), $6 retention_s): applied (the new floor; NULL when not raised),
+//     floor_token (the prefix's floor before, if any), raced (FKR01 when another
+//     transaction committed a record under the key meanwhile), rec_same and rec_token
+//     (the unexpired record found, as advance_idem_sql), floor_count (how many floors
+//     exist). Raises only above the prefix's floor, and a new prefix only while fewer
+//     than store::max_floors floors exist.
+//   list_floors_sql(): prefix, token, updated_ms, sorted bytewise by prefix.
+std::string floor_lock_floors_sql(std::string_view schema);
+std::string floor_lock_fences_sql(std::string_view schema);
+std::string raise_floor_sql(std::string_view schema);
+std::string list_floors_sql(std::string_view schema);
 
 } // namespace fk::store::pg::sql
