@@ -18,6 +18,7 @@ set -u
 usage() { echo "usage: $0 NAME -- CMD [ARGS...]" >&2; exit 2; }
 [ $# -ge 3 ] || usage
 name=$1
+[ -n "$name" ] || usage   # the empty name is the floor row (pg-tokens.sql)
 [ "$2" = "--" ] || usage
 shift 2
 wait_ms=${LOCK_WAIT_MS:-0}
@@ -51,7 +52,8 @@ while :; do
 done
 
 # One line, one answer: CREATE TABLE prints nothing under -q (notices are off).
-token=$(ask "CREATE TABLE IF NOT EXISTS fencing_tokens (lock text PRIMARY KEY, token bigint NOT NULL); INSERT INTO fencing_tokens AS f (lock, token) VALUES (:'lock', 1) ON CONFLICT (lock) DO UPDATE SET token = f.token + 1 RETURNING token;") || { finish; exit 69; }
+# The counter honours the floor row '' as pg-tokens.sql explains.
+token=$(ask "CREATE TABLE IF NOT EXISTS fencing_tokens (lock text PRIMARY KEY, token bigint NOT NULL); INSERT INTO fencing_tokens AS f (lock, token) VALUES (:'lock', COALESCE((SELECT token FROM fencing_tokens WHERE lock = ''), 0) + 1) ON CONFLICT (lock) DO UPDATE SET token = GREATEST(f.token, COALESCE((SELECT token FROM fencing_tokens WHERE lock = ''), 0)) + 1 RETURNING token;") || { finish; exit 69; }
 case $token in ''|*[!0-9]*) echo "$0: unexpected token from psql: $token" >&2; finish; exit 69 ;; esac
 
 FENCING_TOKEN=$token FENCING_LOCK=$name "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # redis-lock.sh NAME TTL_MS -- CMD [ARGS...]
 #
-# Takes the Redis lock NAME (lock:NAME, token counter fence:NAME) for TTL_MS
+# Takes the Redis lock NAME (lock:NAME, token counter fence:NAME, honouring the floor
+# fence-floor that redis-raise-floor.sh sets after a failover) for TTL_MS
 # milliseconds, runs CMD with the fencing token in its environment, and releases the
 # lock afterwards (compare-and-delete: only if it is still ours). CMD sees:
 #
@@ -42,7 +43,7 @@ now_ms() { date +%s%3N; }
 deadline=$(( $(now_ms) + wait_ms ))
 token=
 while :; do
-  out=$(rcli --eval "$here/redis-acquire.lua" "lock:$name" "fence:$name" , "$owner" "$ttl" 2>&1) || {
+  out=$(rcli --eval "$here/redis-acquire.lua" "lock:$name" "fence:$name" fence-floor , "$owner" "$ttl" 2>&1) || {
     echo "$0: redis-cli failed: $out" >&2; exit 69; }
   case $out in
     '') ;;                                  # nil: somebody else holds the lock

@@ -13,6 +13,16 @@ names the current fence (safety over liveness), storage is untouched; then the
 operator recovers as docs/locks.md says (scripts/locks/redis-raise-fence.sh reads
 GET /v1/fences/NAME and raises the counter above it) and writes succeed again; all of
 it survives a kill -9 of fencekeeper.
+
+test_failover_floor: the same failover, with the holders of the lost INCRs still
+working (zombies). Without a floor, the promoted replica hands new holders the very
+tokens the zombies hold, and fencekeeper accepts both (equal tokens pass): a zombie
+overwrites the new holder's data, and a zombie on a lock fencekeeper never saw writes
+while a new holder holds it. Then scripts/locks/redis-raise-floor.sh raises a floor
+over the locks' prefix and the Redis key fence-floor: every zombie (and every holder
+of a pre-repair token) gets 409 stale_token naming the floor, on every lock, including
+one never fenced; new holders get tokens above the floor and write; it all survives a
+kill -9 of fencekeeper, and a rerun of the script changes nothing.
 """
 import os
 import subprocess
@@ -130,6 +140,185 @@ def test_failover(store):
         else:
             fk.eq(keys_state[op.key][0], op.value, "key %s" % op.key)
     fk.eq(fences[lock], tok, "final fence")
+
+
+def _replicated_pair():
+    """A primary and a replica following it through a relay, in sync."""
+    primary = zombies.RedisServer(args=["--repl-diskless-sync-delay", "0"], name="primary").start()
+    relay = zombies.Relay(primary.port)
+    replica = zombies.RedisServer(args=["--replicaof", "127.0.0.1", relay.port], name="replica").start()
+    _wait(lambda: replica.info().get("master_link_status") == "up", 15, "the replica to sync")
+    return primary, relay, replica
+
+
+def _raise_floor(replica, proxy, prefix, *extra):
+    script = os.path.join(zombies.LOCKS, "redis-raise-floor.sh")
+    env = dict(os.environ, **zombies.redis_env(replica.port))
+    r = subprocess.run([script, "--url", "http://%s:%d" % (proxy.host, proxy.port), "--prefix", prefix]
+                       + list(extra), capture_output=True, text=True, env=env, timeout=60)
+    fk.check(r.returncode == 0, "redis-raise-floor.sh failed (%d): %s %s" % (r.returncode, r.stdout, r.stderr))
+    return r
+
+
+def test_failover_floor(store):
+    primary, relay, replica = None, None, None
+    proxy = store.start()
+    proxy.wait_ready()
+    rec = zombies.Recorder()
+    prefix = "fl-%s/" % fk.rand_name(6)
+    A, B, C = prefix + "a", prefix + "b", prefix + "c"
+    keys = []
+    n = [0]
+
+    def take(server, lock, who, ttl_ms=60000):
+        owner = zombies.owner_id(who)
+        with server.client() as r:
+            tok = zombies.acquire(r, lock, owner, ttl_ms)
+        fk.check(tok is not None, "lock %s unexpectedly held (%s)" % (lock, who))
+        return tok, owner
+
+    def drop(server, lock, owner):
+        with server.client() as r:
+            zombies.release(r, lock, owner)
+
+    def write(who, lock, tok):
+        """One write of a fresh value to the lock's key (every holder of a lock writes
+        the same key, so an overwrite shows)."""
+        n[0] += 1
+        key = lock + "/data"
+        if key not in keys:
+            keys.append(key)
+        value = "%s wrote %s with token %d (#%d)\n" % (who, key, tok, n[0])
+        with proxy.client() as c:
+            op, _ = zombies.direct_op(rec, who, "put", lock, key, tok, value,
+                                      lambda: c.put(key, value, token=tok, lock=lock))
+        return op
+
+    def stored(lock):
+        return proxy.get(lock + "/data").body
+
+    try:
+        primary, relay, replica = _replicated_pair()
+        for i in range(BEFORE):
+            tok, owner = take(primary, A, "before", 5000)
+            op = write("before", A, tok)
+            fk.check(op.result == "ok", "write before the failover: %r %r" % (op, rec.reply(op)))
+            drop(primary, A, owner)
+        _wait(lambda: replica.call("GET", "fence:" + A) == str(BEFORE).encode(), 10,
+              "the replica's counter to reach %d" % BEFORE)
+        _wait(lambda: replica.call("EXISTS", "lock:" + A) == 0, 10, "the replica to see the last release")
+
+        relay.cut()
+        # On the doomed primary: w4 takes A, writes with 4 and lets go (fencekeeper has
+        # fence 4 for A); then zombies take A (5), B (1) and C (1) and stay at work.
+        t_w4, owner = take(primary, A, "w4", 5000)
+        op = write("w4", A, t_w4)
+        fk.check(op.result == "ok", "w4's write: %r %r" % (op, rec.reply(op)))
+        drop(primary, A, owner)
+        za, _ = take(primary, A, "zombie-a")
+        zb, _ = take(primary, B, "zombie-b")
+        zc, _ = take(primary, C, "zombie-c")
+        fk.eq((t_w4, za, zb, zc), (BEFORE + 1, BEFORE + 2, 1, 1), "tokens the old primary issued")
+        time.sleep(0.3)
+        fk.eq(replica.call("GET", "fence:" + A), str(BEFORE).encode(),
+              "replica's counter before the failover (the last INCRs must not have arrived)")
+        primary.kill()
+        relay.close()
+        fk.eq(replica.call("REPLICAOF", "NO", "ONE"), "OK", "promotion")
+
+        # Without a floor: the counters went backwards, new holders get used tokens.
+        n4, o = take(replica, A, "new-4", 5000)
+        fk.eq(n4, t_w4, "new holder's token on %s (w4 already used it)" % A)
+        op = write("new-4", A, n4)
+        fk.check(op.result == "ok", "equal token accepted: %r %r" % (op, rec.reply(op)))
+        drop(replica, A, o)
+        n5, o5 = take(replica, A, "new-5", 5000)
+        fk.eq(n5, za, "new holder's token on %s (zombie-a holds it)" % A)
+        op = write("new-5", A, n5)
+        fk.check(op.result == "ok", "new holder's write: %r %r" % (op, rec.reply(op)))
+        zop = write("zombie-a", A, za)
+        fk.check(zop.result == "ok", "zombie-a's write with the same token: %r %r" % (zop, rec.reply(zop)))
+        fk.eq(stored(A), zop.value, "%s holds the zombie's value: it overwrote the new holder" % A)
+        drop(replica, A, o5)
+        nb, ob = take(replica, B, "new-b", 5000)
+        fk.eq(nb, zb, "new holder's token on %s (zombie-b holds it)" % B)
+        zop_b = write("zombie-b", B, zb)
+        fk.check(zop_b.result == "ok", "zombie-b on a lock fencekeeper never saw: %r %r"
+                 % (zop_b, rec.reply(zop_b)))
+        op = write("new-b", B, nb)
+        fk.check(op.result == "ok", "new-b's write: %r %r" % (op, rec.reply(op)))
+        drop(replica, B, ob)
+        print("  without a floor: the promoted replica handed out %s %d (w4 had written with it),"
+              " %s %d and %s %d (held by zombies); fencekeeper accepted both holders of each, and"
+              " zombie-a overwrote new-5's data" % (A, n4, A, n5, B, nb))
+
+        # The repair.
+        r = _raise_floor(replica, proxy, prefix)
+        print("  repair:\n    " + (r.stdout + r.stderr).strip().replace("\n", "\n    "))
+        with proxy.client() as c:
+            floors = c.request("GET", "/v1/floors")
+        fk.eq(floors.status, 200, "GET /v1/floors")
+        mine = [f for f in floors.json()["floors"] if f["prefix"] == prefix]
+        fk.eq(len(mine), 1, "floor of %s in %r" % (prefix, floors.json()))
+        floor = mine[0]["token"]
+        fk.check(floor >= max(n5, 1) + 1000000, "floor %d below the highest token + the margin" % floor)
+        fk.eq(int(replica.call("GET", zombies.FLOOR_KEY)), floor, "Redis fence-floor")
+        got = proxy.fence(C).json()
+        fk.eq((got["token"], got.get("floor")), (floor, prefix), "effective fence of never-fenced %s" % C)
+
+        # Every zombie and every pre-repair holder is refused, with the floor in the body.
+        stale = [("zombie-a", A, za), ("zombie-b", B, zb), ("zombie-c", C, zc),
+                 ("new-4", A, n4), ("new-b", B, nb)]
+        # The first rejection per lock goes to the store, which names the floor. On
+        # Postgres a later one may be answered from the fence cache, which keeps the
+        # effective fence but not the floor's name (docs/postgres.md, "Fence floors").
+        named = set()
+        for who, lock, tok in stale:
+            op = write(who, lock, tok)
+            body = rec.expect_stale(op, fence=floor)
+            if store.kind == "file" or lock not in named:
+                fk.eq(body.get("floor"), prefix, "409 body floor for %s on %s" % (who, lock))
+            else:
+                fk.check(body.get("floor") in (prefix, None), "409 body floor for %s on %s: %r"
+                         % (who, lock, body))
+            named.add(lock)
+        # New holders: tokens above the floor, on every lock, writes accepted.
+        fresh = {}
+        for lock in (A, B, C):
+            tok, o = take(replica, lock, "after", 5000)
+            fk.eq(tok, floor + 1, "first token on %s after the repair" % lock)
+            op = write("after", lock, tok)
+            fk.check(op.result == "ok", "new holder after the repair: %r %r" % (op, rec.reply(op)))
+            drop(replica, lock, o)
+            fresh[lock] = tok
+        print("  after the repair: floor %d; zombies' tokens %s all 409 with floor %r; new holders"
+              " got %d and wrote" % (floor, sorted({t for _, _, t in stale}), prefix, floor + 1))
+
+        # Rerun with the floor as the exact token: already done, nothing moves.
+        r = _raise_floor(replica, proxy, prefix, "--token", str(floor))
+        fk.eq(int(replica.call("GET", zombies.FLOOR_KEY)), floor, "fence-floor after a rerun")
+        with proxy.client() as c:
+            again = [f["token"] for f in c.request("GET", "/v1/floors").json()["floors"] if f["prefix"] == prefix]
+        fk.eq(again, [floor], "floor after a rerun")
+        tok, o = take(replica, A, "after-rerun", 5000)
+        fk.eq(tok, floor + 2, "token after a rerun")
+        op = write("after-rerun", A, tok)
+        fk.check(op.result == "ok", "write after the rerun: %r %r" % (op, rec.reply(op)))
+        drop(replica, A, o)
+        fresh[A] = tok
+    finally:
+        zombies.cleanup()
+    zombies.restart_proxy_hard(proxy)
+    # The floor survived the kill -9.
+    op = write("zombie-c", C, zc)
+    fk.eq(rec.expect_stale(op, fence=fresh[C]).get("floor"), None,
+          "409 after restart: %s's own fence is above the floor, so no floor in the body" % C)
+    op = write("zombie-late", prefix + "d", 1)
+    fk.eq(rec.expect_stale(op, fence=floor).get("floor"), prefix, "409 after restart on a new lock")
+    keys_state, fences = rec.check(proxy, keys, [A, B, C])
+    for lock in (A, B, C):
+        fk.eq(fences[lock], fresh[lock], "final fence of %s" % lock)
+        fk.eq(keys_state[lock + "/data"][1], fresh[lock], "final token of %s's data" % lock)
 
 
 if __name__ == "__main__":

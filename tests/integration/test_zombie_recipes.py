@@ -53,6 +53,47 @@ def test_redis_lua():
             pass
 
 
+def test_redis_floor():
+    """redis-acquire.lua honours the floor key fence-floor (set by redis-raise-floor.sh):
+    a counter at or below it jumps above it at its next acquisition, a counter above it
+    is untouched, a lock never seen starts above it; redis-lock.sh passes the key; the
+    two-key call of the old recipe ignores it. A private server: the floor is global."""
+    srv = zombies.RedisServer(name="floor").start()
+    try:
+        low, high, new = ("floor-%s-%s" % (w, fk.rand_name(4)) for w in ("low", "high", "new"))
+        with srv.client() as r:
+            fk.eq(zombies.acquire(r, low, "o", 5000), 1, "token without a floor")
+            zombies.release(r, low, "o")
+            r.call("SET", "fence:" + high, 900)
+            fk.eq(zombies.raise_fence(r, "floor-unused", 0), 0, "raise-fence on a new counter")
+            fk.eq(int(r.call("EVAL", zombies.lua("redis-raise-fence.lua"), 1, zombies.FLOOR_KEY, 500)), 500,
+                  "raise the floor key")
+            fk.eq(int(r.call("EVAL", zombies.lua("redis-raise-fence.lua"), 1, zombies.FLOOR_KEY, 7)), 500,
+                  "raising the floor key never lowers it")
+            fk.eq(zombies.acquire(r, low, "o", 5000), 501, "counter below the floor: floor + 1")
+            fk.eq(r.call("GET", "fence:" + low), b"501", "the counter moved with the token")
+            fk.eq(zombies.acquire(r, low, "o2", 5000), None, "acquire while held, floor or not")
+            fk.eq(r.call("GET", "fence:" + low), b"501", "a refused acquire does not count")
+            zombies.release(r, low, "o")
+            fk.eq(zombies.acquire(r, low, "o", 5000), 502, "then it counts on from there")
+            zombies.release(r, low, "o")
+            fk.eq(zombies.acquire(r, high, "o", 5000), 901, "counter above the floor: untouched")
+            zombies.release(r, high, "o")
+            fk.eq(zombies.acquire(r, new, "o", 5000), 501, "a lock never seen starts above the floor")
+            zombies.release(r, new, "o")
+            r.call("SET", "fence:" + low, 500)     # exactly at the floor: still moves above it
+            fk.eq(zombies.acquire(r, low, "o", 5000), 501, "counter at the floor")
+            zombies.release(r, low, "o")
+            two = r.call("EVAL", zombies.lua("redis-acquire.lua"), 2, "lock:" + new + "x", "fence:" + new + "x",
+                         "o", 5000)
+            fk.eq(two, 1, "the two-key call ignores the floor (its tokens would be refused)")
+        sh = os.path.join(L, "redis-lock.sh")
+        r = run([sh, new + "-sh", "5000", "--", "sh", "-c", 'echo $FENCING_TOKEN'], zombies.redis_env(srv.port))
+        fk.eq((r.returncode, r.stdout.strip()), (0, "501"), "redis-lock.sh honours the floor (%s)" % r.stderr)
+    finally:
+        srv.kill()
+
+
 def test_redis_lock_sh():
     port = int(fk.require_service("redis"))
     env = zombies.redis_env(port)
@@ -158,6 +199,45 @@ def test_postgres_recipes():
     fk.eq(h.wait(10), 0, "first pg-lock.sh holder")
     fk.eq(r.returncode, 0, "waiting pg-lock.sh: %s" % r.stderr)
     fk.eq(int(r.stdout), 7, "token of the waiting holder")
+    # The floor row '' (pg-raise-floor.sh sets it): counters below it continue above it,
+    # a new lock starts above it, a counter above it is untouched.
+    fk.psql('INSERT INTO "%s".fencing_tokens VALUES (\'\', 100), (\'high\', 500)' % schema, url)
+    for name, want in ((lock, 101), ("new-" + lock, 101), ("high", 501), (lock, 102)):
+        r = run([os.path.join(L, "pg-token.sh"), name], env)
+        fk.eq((r.returncode, r.stdout.strip()), (0, str(want)), "pg-token.sh %s over the floor (%s)"
+              % (name, r.stderr))
+    r = run([sh, lock, "--", "sh", "-c", "echo $FENCING_TOKEN"], env)
+    fk.eq((r.returncode, r.stdout.strip()), (0, "103"), "pg-lock.sh over the floor (%s)" % r.stderr)
+    fk.eq(run([sh, "", "--", "true"], env).returncode, 2, "pg-lock.sh refuses the floor row's name")
+    fk.eq(run([os.path.join(L, "pg-token.sh"), ""], env).returncode, 2, "pg-token.sh refuses it")
+
+
+def test_etcd_offset():
+    """etcd-lock.sh adds the offset in fence-offset (etcd-raise-floor.sh sets it after a
+    restore) as of the grant's revision: token = revision + offset, still growing."""
+    env = dict(zombies.etcd_env(), ETCD_FENCE_OFFSET_KEY="fence-offset-" + fk.rand_name(6))
+    lock = "etcd-off-" + fk.rand_name(6)
+    sh = os.path.join(L, "etcd-lock.sh")
+    show = 'echo "$FENCING_TOKEN $ETCD_LOCK_REV"'
+
+    def holder():
+        r = run([sh, lock, "--", "sh", "-c", show], env)
+        fk.eq(r.returncode, 0, "etcd-lock.sh: %s" % r.stderr)
+        return [int(x) for x in r.stdout.split()]
+
+    tok, rev = holder()
+    fk.eq(tok, rev, "token without an offset")
+    r = run(["etcdctl", "put", env["ETCD_FENCE_OFFSET_KEY"], "1000000"], env)
+    fk.eq(r.returncode, 0, "etcdctl put: %s" % r.stderr)
+    tok2, rev2 = holder()
+    fk.eq(tok2, rev2 + 1000000, "token with the offset")
+    tok3, rev3 = holder()
+    fk.check(tok3 > tok2 and tok3 == rev3 + 1000000, "tokens grow: %r %r" % ((tok2, rev2), (tok3, rev3)))
+    run(["etcdctl", "put", env["ETCD_FENCE_OFFSET_KEY"], "x1"], env)
+    r = run([sh, lock, "--", "sh", "-c", show], env)
+    fk.check(r.returncode != 0 and not r.stdout.strip(), "a non-number offset ran the command: %r %r"
+             % (r.stdout, r.stderr))
+    run(["etcdctl", "del", env["ETCD_FENCE_OFFSET_KEY"]], env)
 
 
 if __name__ == "__main__":

@@ -124,9 +124,14 @@ def lua(name):
     return _lua_cache[name]
 
 
+FLOOR_KEY = "fence-floor"
+
+
 def acquire(r, lock, owner, ttl_ms):
-    """redis-acquire.lua: the fencing token, or None when the lock is held."""
-    v = r.call("EVAL", lua("redis-acquire.lua"), 2, "lock:" + lock, "fence:" + lock, owner, ttl_ms)
+    """redis-acquire.lua with its three keys, as redis-lock.sh calls it: the fencing
+    token (above the floor key fence-floor, when set), or None when the lock is held."""
+    v = r.call("EVAL", lua("redis-acquire.lua"), 3, "lock:" + lock, "fence:" + lock, FLOOR_KEY,
+               owner, ttl_ms)
     return v if v is None else int(v)
 
 
