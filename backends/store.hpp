@@ -80,7 +80,7 @@ struct write_result {
     // stale_token: set when a fence floor is what rejected the write (the floor's token
     // is above the lock's own fence): that floor's prefix. Counted in the metrics.
     std::optional<std::string> floor;
-    std::string lock;          // lock_mismatch: the lock the key belongs to
+    std::string lock; // lock_mismatch: the lock the key belongs to
     // Detail for the other errors. stale_token, lock_mismatch and precondition_failed are
     // data (the fields above); the proxy words their replies (proxy/error_response.cpp).
     std::string message;
@@ -148,7 +148,7 @@ struct floor_info {
 };
 
 struct floors_result {
-    errc error = errc::ok; // ok, unavailable, internal
+    errc error = errc::ok;          // ok, unavailable, internal
     std::vector<floor_info> floors; // sorted bytewise by prefix
     std::string message;
 };
@@ -170,8 +170,8 @@ struct operation_result {
     // rows_json are the recorded ones.
     bool replayed = false;
     token_t token = 0;
-    token_t current_token = 0;          // stale_token: the effective fence
-    std::optional<std::string> floor;   // stale_token: as write_result::floor
+    token_t current_token = 0;        // stale_token: the effective fence
+    std::optional<std::string> floor; // stale_token: as write_result::floor
     std::int64_t rows_affected = 0;
     std::string rows_json; // a JSON array of objects, column name → value
     std::string sqlstate;

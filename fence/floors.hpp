@@ -33,8 +33,8 @@ struct floor_hit {
 
 // Where a lock's effective fence comes from.
 struct effective_fence {
-    std::optional<token_t> token;     // nullopt: no own fence and no floor
-    std::optional<floor_hit> floor;   // set when a floor is above the own fence (or there is none)
+    std::optional<token_t> token;   // nullopt: no own fence and no floor
+    std::optional<floor_hit> floor; // set when a floor is above the own fence (or there is none)
 };
 
 class floor_set {

@@ -31,7 +31,7 @@
 #
 # Environment: ETCDCTL_ENDPOINTS and etcdctl's other variables; ETCD_FENCE_OFFSET_KEY
 #   (default fence-offset); FENCEKEEPER_TOKEN for fencekeeper's auth.
-# Needs etcdctl (v3 API), curl, jq.
+# Needs etcdctl (v3 API), curl, python3.
 # Exit status: 0 done, 2 usage, 69 when etcd or fencekeeper fail.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,7 +56,11 @@ key=${ETCD_FENCE_OFFSET_KEY:-fence-offset}
 read_offset() {
   local out
   out=$(etcdctl get "$key" -w json 2>&1) || die "etcdctl get $key failed: $out"
-  printf '%s' "$out" | jq -r '"\(.header.revision) \((.kvs // [])[0].value // "" | @base64d)"' ||
+  printf '%s' "$out" | python3 -c '
+import base64, json, sys
+d = json.load(sys.stdin)
+kvs = d.get("kvs") or []
+print(d["header"]["revision"], base64.b64decode(kvs[0]["value"]).decode() if kvs else "")' ||
     die "unexpected etcdctl output: $out"
 }
 read -r rev off <<<"$(read_offset)"
@@ -74,7 +78,7 @@ if [ "$off" -ge "$floor" ]; then
 fi
 out=$(etcdctl put "$key" "$floor" -w json 2>&1) || die "etcdctl put $key failed: $out" \
   "(fencekeeper's floor of '$prefix' is $floor: every holder is refused until $key is raised; rerun)"
-wrev=$(printf '%s' "$out" | jq -r .header.revision)
+wrev=$(printf '%s' "$out" | python3 -c 'import json, sys; print(json.load(sys.stdin)["header"]["revision"])')
 isnum "$wrev" || die "unexpected etcdctl output: $out"
 echo "fencekeeper floor of '$prefix': $floor; $key: $floor (was $off) from revision $wrev;" \
   "every grant from then on has a token above $floor"

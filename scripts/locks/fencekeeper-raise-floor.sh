@@ -31,7 +31,8 @@
 #
 # Output: what it did on stderr; the floor of P now in force (a number) on stdout.
 # Environment: FENCEKEEPER_TOKEN: bearer token when fencekeeper has auth configured.
-# Needs curl and jq.
+# Needs curl and python3 (JSON is read with Python's exact integers: jq 1.6 rounds
+# numbers above 2^53, and a floor rounded down could be below a token already issued).
 # Exit status: 0 done, 2 usage (or a refused --token), 69 fencekeeper failed.
 set -u
 usage() {
@@ -62,7 +63,7 @@ done
 [ -n "$url" ] && [ -n "$have_prefix" ] || usage
 isnum "$margin" || { echo "$0: --margin wants a non-negative integer" >&2; exit 2; }
 [ -z "$token" ] || isnum "$token" || { echo "$0: --token wants a positive integer" >&2; exit 2; }
-command -v jq >/dev/null || die "needs jq"
+command -v python3 >/dev/null || die "needs python3"
 
 auth=()
 [ -n "${FENCEKEEPER_TOKEN:-}" ] && auth=(-H "Authorization: Bearer $FENCEKEEPER_TOKEN")
@@ -81,25 +82,34 @@ call() {
 # Floors that apply to some lock under the prefix.
 call GET /v1/floors
 [ "$code" = 200 ] || die "GET /v1/floors answered $code: $body"
-floors=$(printf '%s' "$body" | jq -r --arg p "$prefix" '
-  [.floors[] | select((.prefix as $q | $p | startswith($q)) or (.prefix | startswith($p)))]
-  | (map(.token) | max // 0), (map(select(.prefix == $p) | .token) | max // 0)') ||
+floors=$(printf '%s' "$body" | python3 -c '
+import json, sys
+p = sys.argv[1]
+fs = [f for f in json.load(sys.stdin)["floors"] if p.startswith(f["prefix"]) or f["prefix"].startswith(p)]
+print(max([f["token"] for f in fs], default=0))
+print(max([f["token"] for f in fs if f["prefix"] == p], default=0))' "$prefix") ||
   die "unexpected GET /v1/floors body: $body"
 floor_any=$(sed -n 1p <<<"$floors")
 floor_own=$(sed -n 2p <<<"$floors")
 
-# The highest own fence under the prefix, page by page.
+# The highest own fence under the prefix, page by page. The cursor stays percent-encoded
+# (a lock name may hold any character).
 max_fence=0 count=0 after=
 while :; do
   q="prefix=$(enc "$prefix")&limit=1000"
-  [ -n "$after" ] && q="$q&after=$(enc "$after")"
+  [ -n "$after" ] && q="$q&after=$after"
   call GET "/v1/fences?$q"
   [ "$code" = 200 ] || die "GET /v1/fences?$q answered $code: $body"
-  page=$(printf '%s' "$body" | jq -r '(.fences | map(.token) | max // 0), (.fences | length), (.next // "" | @json)') ||
+  page=$(printf '%s' "$body" | python3 -c '
+import json, sys, urllib.parse
+d = json.load(sys.stdin)
+print(max([f["token"] for f in d["fences"]], default=0))
+print(len(d["fences"]))
+print(urllib.parse.quote(d["next"], safe="") if d.get("next") is not None else "")') ||
     die "unexpected GET /v1/fences body: $body"
   m=$(sed -n 1p <<<"$page")
   n=$(sed -n 2p <<<"$page")
-  after=$(sed -n 3p <<<"$page" | jq -r .)
+  after=$(sed -n 3p <<<"$page")
   [ "$m" -gt "$max_fence" ] && max_fence=$m
   count=$((count + n))
   [ -n "$after" ] || break
@@ -131,10 +141,13 @@ fi
 call PUT "/v1/floors?prefix=$(enc "$prefix")" -H "Fencing-Token: $want"
 case $code in
   200)
-    got=$(printf '%s' "$body" | jq -r .token) || die "unexpected body: $body"
+    got=$(printf '%s' "$body" | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])') || die "unexpected body: $body"
     say "raised the floor of '$prefix' to $got (was $floor_own)" ;;
   409)
-    got=$(printf '%s' "$body" | jq -r 'select(.error == "stale_token") | .current_token') ||
+    got=$(printf '%s' "$body" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(d["current_token"] if d.get("error") == "stale_token" else "")') ||
       die "PUT /v1/floors answered 409: $body"
     isnum "$got" && [ "$got" -ge "$want" ] || die "PUT /v1/floors answered 409: $body"
     say "the floor of '$prefix' is already $got >= $want (a rerun?): done" ;;

@@ -27,7 +27,7 @@
 # setval, as docs/locks.md shows.
 #
 # Environment: DATABASE_URL (or the argument, or the usual PG* variables);
-#   FENCEKEEPER_TOKEN for fencekeeper's auth. Needs psql, curl, jq.
+#   FENCEKEEPER_TOKEN for fencekeeper's auth. Needs psql, curl, python3.
 # Exit status: 0 done, 2 usage, 69 when Postgres or fencekeeper fail.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -18,6 +18,9 @@
 -- script means a token is only ever issued to the holder that actually got the lock,
 -- and no other client can run between the two.
 --
+-- Tokens must stay below 2^53: Redis hands integers to Lua as doubles, and the floor
+-- comparison below is exact only up to there.
+--
 -- The floor moves every counter above it in O(1): a counter at or below the floor is
 -- set to the floor on its next acquisition and incremented from there (by Redis, in
 -- exact 64-bit arithmetic). Called with only two keys (the recipe before floors), the

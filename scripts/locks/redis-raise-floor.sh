@@ -38,7 +38,7 @@
 #
 # Environment: REDIS_HOST (127.0.0.1), REDIS_PORT (6379), REDISCLI_AUTH;
 #   FENCEKEEPER_TOKEN: bearer token, when fencekeeper has auth configured.
-# Needs redis-cli, curl, jq.
+# Needs redis-cli, curl, python3.
 # Exit status: 0 done (prints what it did), 2 usage, 69 when Redis or fencekeeper fail.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,12 +66,15 @@ rcli() { redis-cli -h "$host" -p "$port" "$@"; }
 # Runs as a script so key names with any bytes are handled in Redis, not in the shell.
 scan_lua='
 local r = redis.call("SCAN", ARGV[1], "MATCH", "fence:*", "COUNT", 1000)
-local max, n, outside, example, odd = 0, 0, 0, "", 0
+-- Compared as digit strings (longer is larger): Lua numbers are doubles, exact only
+-- up to 2^53, and a maximum rounded down could leave a token above the floor.
+local max, n, outside, example, odd = "0", 0, 0, "", 0
 for _, k in ipairs(r[2]) do
   local v = redis.call("GET", k)
   if v and string.match(v, "^%d+$") then
     n = n + 1
-    if tonumber(v) > max then max = tonumber(v) end
+    v = (string.gsub(v, "^0+(%d)", "%1"))
+    if #v > #max or (#v == #max and v > max) then max = v end
     if string.sub(k, 7, 6 + #ARGV[2]) ~= ARGV[2] then
       outside = outside + 1
       example = string.sub(k, 7)
@@ -80,7 +83,7 @@ for _, k in ipairs(r[2]) do
     odd = odd + 1
   end
 end
-return {r[1], string.format("%.0f", max), n, outside, example, odd}'
+return {r[1], max, n, outside, example, odd}'
 
 cursor=0 max=0 n=0 outside=0 example='' odd=0
 while :; do
