@@ -23,6 +23,10 @@ over the locks' prefix and the Redis key fence-floor: every zombie (and every ho
 of a pre-repair token) gets 409 stale_token naming the floor, on every lock, including
 one never fenced; new holders get tokens above the floor and write; it all survives a
 kill -9 of fencekeeper, and a rerun of the script changes nothing.
+
+test_etcd_rebuilt_then_floor and test_pg_restored_then_floor: the same story for the
+other lock services' repair scripts (etcd-raise-floor.sh after etcd is rebuilt,
+pg-raise-floor.sh after the token counters' database is restored from a backup).
 """
 import os
 import subprocess
@@ -319,6 +323,179 @@ def test_failover_floor(store):
     for lock in (A, B, C):
         fk.eq(fences[lock], fresh[lock], "final fence of %s" % lock)
         fk.eq(keys_state[lock + "/data"][1], fresh[lock], "final token of %s's data" % lock)
+
+
+def _run(cmd, env, timeout=60):
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env),
+                          timeout=timeout)
+
+
+class _Etcd:
+    """A private one-node etcd on free loopback ports: a fresh cluster, revision 1."""
+
+    def __init__(self, name):
+        fk.require_tool("etcd")
+        fk.require_tool("etcdctl")
+        d = fk.tmpdir("etcd-" + name)
+        url = "http://127.0.0.1:%d" % fk.free_port()
+        peer = "http://127.0.0.1:%d" % fk.free_port()
+        self.name = name
+        self.log = open(os.path.join(d, "log"), "wb")
+        self.proc = subprocess.Popen(
+            ["etcd", "--name", name, "--data-dir", os.path.join(d, "data"),
+             "--listen-client-urls", url, "--advertise-client-urls", url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "%s=%s" % (name, peer)],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.env = {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": url}
+        _wait(lambda: self.proc.poll() is None
+              and _run(["etcdctl", "endpoint", "health"], self.env, 10).returncode == 0,
+              60, "etcd %s to answer" % name)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self.log.close()
+
+
+def _put(proxy, lock, tok, who):
+    with proxy.client() as c:
+        return c.put(lock + "/data", who.encode(), token=tok, lock=lock)
+
+
+def _applied(r, what):
+    fk.check(r.status in (200, 201), "%s: expected 2xx, got %d %r" % (what, r.status, r.body[:300]))
+
+
+def _refused_by_floor(r, floor, prefix, what):
+    fk.expect_status(r, 409, what)
+    body = r.json()
+    fk.eq((body.get("error"), body.get("current_token"), body.get("floor")),
+          ("stale_token", floor, prefix), what + ": 409 body")
+
+
+def _floor_of(proxy, prefix):
+    with proxy.client() as c:
+        r = c.request("GET", "/v1/floors")
+    fk.expect_status(r, 200, "GET /v1/floors")
+    mine = [f["token"] for f in r.json()["floors"] if f["prefix"] == prefix]
+    fk.eq(len(mine), 1, "floor of %s in %r" % (prefix, r.json()))
+    return mine[0]
+
+
+def test_etcd_rebuilt_then_floor():
+    """etcd lost and rebuilt empty (a restore from an old snapshot is the same story):
+    revisions start over, so new holders get tokens that holders of the lost cluster
+    (zombies) hold, and a zombie overwrites a new holder. scripts/locks/etcd-raise-floor.sh,
+    run against the new cluster, raises a floor over the prefix and the offset key that
+    etcd-lock.sh adds to revisions: every zombie gets 409 naming the floor, new holders
+    get tokens above it and write. (File store: the floor itself is tested on both.)"""
+    proxy = fk.file_store().start()
+    proxy.wait_ready()
+    prefix = "ef-%s/" % fk.rand_name(6)
+    A, B = prefix + "a", prefix + "b"
+    sh = os.path.join(zombies.LOCKS, "etcd-lock.sh")
+
+    def grant(cluster, lock):
+        r = _run([sh, lock, "--", "sh", "-c", 'echo "$FENCING_TOKEN"'], cluster.env)
+        fk.eq(r.returncode, 0, "etcd-lock.sh on %s: %s" % (cluster.name, r.stderr))
+        return int(r.stdout)
+
+    old = new = None
+    try:
+        old = _Etcd("old")
+        for i in range(3):
+            _applied(_put(proxy, A, grant(old, A), "before-%d" % i), "holder of %s before" % A)
+        za, zb = grant(old, A), grant(old, B)    # granted, then frozen: zombies
+        old.stop()
+        new = _Etcd("new")
+        na, nb = grant(new, A), grant(new, B)
+        fk.check(nb <= zb and na <= za, "the new cluster reissues tokens: %s %d <= %d, %s %d <= %d"
+                 % (A, na, za, B, nb, zb))
+        # Without a floor: B's new holder writes, then B's zombie overwrites it.
+        _applied(_put(proxy, B, nb, "new-b"), "new holder of %s" % B)
+        _applied(_put(proxy, B, zb, "zombie-b"), "zombie of %s, before the repair" % B)
+        fk.eq(proxy.get(B + "/data").body, b"zombie-b", "the zombie overwrote the new holder")
+
+        r = _run([os.path.join(zombies.LOCKS, "etcd-raise-floor.sh"), "--url",
+                  "http://%s:%d" % (proxy.host, proxy.port), "--prefix", prefix], new.env)
+        fk.eq(r.returncode, 0, "etcd-raise-floor.sh: %s %s" % (r.stdout, r.stderr))
+        print("  repair:\n    " + (r.stdout + r.stderr).strip().replace("\n", "\n    "))
+        floor = _floor_of(proxy, prefix)
+        fk.check(floor > max(za, zb) + 1000000 - 1, "floor %d not above the tokens + the margin" % floor)
+        off = _run(["etcdctl", "get", "fence-offset", "--print-value-only"], new.env)
+        fk.eq(off.stdout.strip(), str(floor), "fence-offset on the new cluster")
+
+        for who, lock, tok in (("zombie-a", A, za), ("zombie-b", B, zb), ("new-a", A, na)):
+            _refused_by_floor(_put(proxy, lock, tok, who), floor, prefix,
+                              "%s with token %d after the repair" % (who, tok))
+        for lock in (A, B, prefix + "c"):
+            tok = grant(new, lock)
+            fk.check(tok > floor, "token %d on %s after the repair: not above the floor %d"
+                     % (tok, lock, floor))
+            _applied(_put(proxy, lock, tok, "after"), "holder of %s after the repair" % lock)
+            fk.eq(proxy.get(lock + "/data").body, b"after", "%s's data" % lock)
+        print("  etcd rebuilt: tokens %s %d / %s %d reissued as %d / %d; floor %d; zombies refused,"
+              " new holders wrote" % (A, za, B, zb, na, nb, floor))
+    finally:
+        for cluster in (old, new):
+            if cluster:
+                cluster.stop()
+
+
+def test_pg_restored_then_floor():
+    """The Postgres that holds the fencing_tokens counters (scripts/locks/pg-tokens.sql)
+    restored to a point before its last grants: counters go back, new holders get the
+    tokens zombies hold. scripts/locks/pg-raise-floor.sh raises fencekeeper's floor over
+    the prefix and the counters' floor row '': zombies get 409 naming the floor, new
+    holders get tokens above it and write."""
+    url = fk.require_service("postgres")
+    schema = "t_" + fk.rand_name(12)
+    fk._pg_schemas.append(schema)
+    fk.psql('CREATE SCHEMA "%s"' % schema, url)
+    env = {"PGOPTIONS": "-c search_path=%s" % schema, "DATABASE_URL": url}
+    proxy = fk.file_store().start()
+    proxy.wait_ready()
+    prefix = "pf-%s/" % fk.rand_name(6)
+    A, B = prefix + "a", prefix + "b"
+
+    def grant(lock):
+        r = _run([os.path.join(zombies.LOCKS, "pg-token.sh"), lock], env)
+        fk.eq(r.returncode, 0, "pg-token.sh %s: %s" % (lock, r.stderr))
+        return int(r.stdout)
+
+    for i in range(3):
+        _applied(_put(proxy, A, grant(A), "before-%d" % i), "holder of %s before" % A)
+    backup = fk.psql('SELECT lock, token FROM "%s".fencing_tokens' % schema, url)
+    za, zb = grant(A), grant(B)                  # granted after the backup: zombies
+    rows = [line.split("|") for line in backup.splitlines() if line]
+    values = ", ".join("('%s', %d)" % (k.replace("'", "''"), int(t)) for k, t in rows)
+    fk.psql('DELETE FROM "%s".fencing_tokens; INSERT INTO "%s".fencing_tokens VALUES %s'
+            % (schema, schema, values), url)     # the restore
+    na, nb = grant(A), grant(B)
+    fk.eq((na, nb), (za, zb), "the restored counters reissue the zombies' tokens")
+    _applied(_put(proxy, B, nb, "new-b"), "new holder of %s" % B)
+    _applied(_put(proxy, B, zb, "zombie-b"), "zombie of %s (the same token), before the repair" % B)
+    fk.eq(proxy.get(B + "/data").body, b"zombie-b", "the zombie overwrote the new holder")
+
+    r = _run([os.path.join(zombies.LOCKS, "pg-raise-floor.sh"), "--url",
+              "http://%s:%d" % (proxy.host, proxy.port), "--prefix", prefix], env)
+    fk.eq(r.returncode, 0, "pg-raise-floor.sh: %s %s" % (r.stdout, r.stderr))
+    print("  repair:\n    " + (r.stdout + r.stderr).strip().replace("\n", "\n    "))
+    floor = _floor_of(proxy, prefix)
+    fk.check(floor >= max(za, zb) + 1000000, "floor %d not above the tokens + the margin" % floor)
+    row = fk.psql('SELECT token FROM "%s".fencing_tokens WHERE lock = \'\'' % schema, url).strip()
+    fk.eq(row, str(floor), "the counters' floor row")
+    for who, lock, tok in (("zombie-a", A, za), ("zombie-b", B, zb)):
+        _refused_by_floor(_put(proxy, lock, tok, who), floor, prefix,
+                          "%s with token %d after the repair" % (who, tok))
+    for lock in (A, B, prefix + "c"):
+        tok = grant(lock)
+        fk.check(tok > floor, "token %d on %s after the repair: not above the floor %d" % (tok, lock, floor))
+        _applied(_put(proxy, lock, tok, "after"), "holder of %s after the repair" % lock)
+    print("  Postgres counters restored: %s %d and %s %d reissued; floor %d; zombies refused, new"
+          " holders wrote" % (A, za, B, zb, floor))
 
 
 if __name__ == "__main__":
