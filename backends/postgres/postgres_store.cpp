@@ -7,6 +7,7 @@
 #include "backends/postgres/postgres_store.hpp"
 
 #include "backends/fence_cache.hpp"
+#include "backends/floor_names.hpp"
 #include "backends/log/logging.hpp"
 #include "backends/postgres/floors.hpp"
 #include "backends/postgres/idem_expiry.hpp"
@@ -110,7 +111,7 @@ public:
             if (req.idem)
                 if (auto answer = co_await answer_from_record(*req.idem, false))
                     co_return std::move(*answer);
-            co_return stale<write_result>(*bound);
+            co_return stale<write_result>(lock, *bound);
         }
         const auto params = req.idem
                                 ? pg::sql::advance_idem_params(lock, token, *req.idem, retention_)
@@ -122,7 +123,7 @@ public:
         if (r.error == errc::ok)
             cache_.observe_fence(lock, r.token);
         else if (r.error == errc::stale_token)
-            cache_.observe_fence(lock, r.current_token);
+            observe_stale(lock, r.current_token, r.floor);
         co_return r;
     }
 
@@ -133,7 +134,7 @@ public:
         auto o = co_await pool_->run(pg::sql::name::read_fence, params, false);
         auto r = pg::map_read_fence(o, lock);
         if (r.error == errc::ok)
-            cache_.observe_fence(lock, r.fence.token);
+            observe_stale(lock, r.fence.token, r.fence.floor);
         co_return r;
     }
 
@@ -150,8 +151,11 @@ public:
                 pg::raise_floor_on(*a.conn, req, retention_, pool_->query_timeout()),
                 net::use_awaitable);
             pool_->release(a.conn);
-            if (!m.retry)
+            if (!m.retry) {
+                if (m.result.error == errc::ok)
+                    floor_names_.learn(req.prefix, m.result.token);
                 co_return std::move(m.result);
+            }
             if (attempt == pg::max_write_attempts)
                 co_return unavailable<write_result>(
                     "concurrent requests kept racing for the Idempotency-Key; nothing was "
@@ -162,7 +166,10 @@ public:
     net::awaitable<floors_result> list_floors() override {
         static const pg::sql::param_list none;
         auto o = co_await pool_->run(pg::sql::name::list_floors, none, false);
-        co_return pg::map_list_floors(o);
+        auto r = pg::map_list_floors(o);
+        for (const auto& f : r.floors)
+            floor_names_.learn(f.prefix, f.token);
+        co_return r;
     }
 
     net::awaitable<list_result> list_fences(list_request req) override {
@@ -185,7 +192,7 @@ public:
         if (req.idem)
             co_return co_await run_keyed_operation(*op, std::move(req));
         if (auto bound = cache_.stale_bound(req.lock, req.token))
-            co_return stale<operation_result>(*bound);
+            co_return stale<operation_result>(req.lock, *bound);
         const std::string lock = req.lock;
         const token_t token = req.token;
         auto a = co_await pool_->acquire();
@@ -210,12 +217,24 @@ public:
     }
 
 private:
-    // The proxy words the reply (proxy/error_response.cpp): the store reports the fence.
-    template <class R> static R stale(token_t fence) {
+    // A rejection from the fence cache. The proxy words the reply
+    // (proxy/error_response.cpp): the store reports the fence, and the floor that set it
+    // when this proxy has learned one with exactly that token (floor_names.hpp).
+    template <class R> R stale(std::string_view lock, token_t fence) const {
         R r;
         r.error = errc::stale_token;
         r.current_token = fence;
+        r.floor = floor_names_.name_for(lock, fence);
         return r;
+    }
+
+    // A fence the database reported for `lock` (a rejection's, or a read's: the effective
+    // one), and the floor that set it, if one did.
+    void observe_stale(const std::string& lock, token_t fence,
+                       const std::optional<std::string>& floor) {
+        cache_.observe_fence(lock, fence);
+        if (floor)
+            floor_names_.learn(*floor, fence);
     }
 
     // Answered from the cache only when the key is known to belong to `lock`: otherwise
@@ -224,7 +243,7 @@ private:
                                              token_t token) {
         if (auto bound = cache_.stale_bound(lock, token))
             if (cache_.key_known_under(key, lock))
-                return stale<write_result>(*bound);
+                return stale<write_result>(lock, *bound);
         return std::nullopt;
     }
 
@@ -317,7 +336,7 @@ private:
             if (l.record)
                 co_return pg::replay_operation(*l.record, req.idem->fingerprint);
             if (auto bound = cache_.stale_bound(req.lock, req.token))
-                co_return stale<operation_result>(*bound);
+                co_return stale<operation_result>(req.lock, *bound);
             auto a = co_await pool_->acquire();
             if (!a.conn)
                 co_return unavailable<operation_result>("database unavailable: " + a.why);
@@ -338,7 +357,7 @@ private:
         if (r.error == errc::ok)
             cache_.observe_fence(lock, token);
         else if (r.error == errc::stale_token)
-            cache_.observe_fence(lock, r.current_token);
+            observe_stale(lock, r.current_token, r.floor);
     }
 
     void observe(const std::string& key, const std::string& lock, const write_result& r,
@@ -355,7 +374,7 @@ private:
                 cache_.forget_key(key);
             break;
         case errc::stale_token:
-            cache_.observe_fence(lock, r.current_token);
+            observe_stale(lock, r.current_token, r.floor);
             break;
         case errc::lock_mismatch:
             cache_.observe_key(key, r.lock);
@@ -366,6 +385,7 @@ private:
     }
 
     fence_cache cache_;
+    floor_names floor_names_; // names the floor in the cache's rejections
     std::shared_ptr<pg::operations> ops_;
     std::shared_ptr<pg::round_trip> round_trip_;
     std::shared_ptr<pg::pool> pool_;
