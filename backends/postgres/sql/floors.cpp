@@ -44,11 +44,8 @@ std::string raise_floor_sql(std::string_view schema) {
     // the row it locks (the floors lock makes it the same row cur read). r claims the
     // record with the new floor.
     std::string s = "WITH e AS MATERIALIZED (\n"
-                    "  SELECT d.fingerprint = $5::bytea AS same, d.token\n"
-                    "  FROM (SELECT * FROM @S.idempotency WHERE scope = $3::text AND key = "
-                    "$4::text OFFSET 0) d\n"
-                    "  WHERE " +
-                    idem_unexpired("$6::bigint") +
+                    "  SELECT d.fingerprint = $5::bytea AS same, d.token\n" +
+                    idem_record_from("$3::text", "$4::text", "$6::bigint", "  ") +
                     "\n"
                     "), cur AS MATERIALIZED (\n"
                     "  SELECT fl.token FROM @S.floors fl WHERE fl.prefix = $1::text\n"

@@ -44,6 +44,17 @@ inline std::string idem_unexpired(std::string_view retention_param) {
     return "d.committed_at > now() - " + std::string(retention_param) + " * interval '1 second'";
 }
 
+// FROM and WHERE of a look-up of one unexpired record, as `d`, each line after `indent`:
+// the probe by primary key alone (OFFSET 0 keeps the expiry condition out of it, so that
+// no plan ever scans the committed_at index instead; see sql/batch.cpp, e).
+inline std::string idem_record_from(std::string_view scope_param, std::string_view key_param,
+                                    std::string_view retention_param, std::string_view indent) {
+    return std::string(indent) +
+           "FROM (SELECT * FROM @S.idempotency WHERE scope = " + std::string(scope_param) +
+           " AND key = " + std::string(key_param) + " OFFSET 0) d\n" + std::string(indent) +
+           "WHERE " + idem_unexpired(retention_param);
+}
+
 // The fence floor that decides a lock's effective fence (docs/postgres.md, "Fence
 // floors"): the highest floor whose prefix `lock_expr` starts with, on a tie the longest
 // prefix (fence::floor_set::highest_for). Columns prefix, token, updated_at; no row when

@@ -228,14 +228,9 @@ std::string op_fence_sql(std::string_view schema) {
 }
 
 std::string idem_get_sql(std::string_view schema) {
-    // The probe by primary key alone (OFFSET 0 keeps the expiry condition out of it, so
-    // that no plan ever scans the committed_at index instead; see sql/batch.cpp, e).
     return with_schema("SELECT d.fingerprint, d.created, d.version, d.token, d.rows_affected, "
-                       "d.rows\n"
-                       "FROM (SELECT * FROM @S.idempotency WHERE scope = $1::text AND key = "
-                       "$2::text OFFSET 0) d\n"
-                       "WHERE " +
-                           idem_unexpired("$3::bigint"),
+                       "d.rows\n" +
+                           idem_record_from("$1::text", "$2::text", "$3::bigint", ""),
                        schema);
 }
 
@@ -244,11 +239,8 @@ std::string advance_idem_sql(std::string_view schema) {
     // claims the key with the fence step's outcome (the fence row, then the record: the
     // lock order of sql/batch.cpp).
     std::string s = "WITH e AS MATERIALIZED (\n"
-                    "  SELECT d.fingerprint = $5::bytea AS same, d.token\n"
-                    "  FROM (SELECT * FROM @S.idempotency WHERE scope = $3::text AND key = "
-                    "$4::text OFFSET 0) d\n"
-                    "  WHERE " +
-                    idem_unexpired("$6::bigint") +
+                    "  SELECT d.fingerprint = $5::bytea AS same, d.token\n" +
+                    idem_record_from("$3::text", "$4::text", "$6::bigint", "  ") +
                     "\n"
                     "), h AS MATERIALIZED (\n"
                     "  " +
