@@ -116,11 +116,19 @@ int main(int argc, char** argv) {
         const auto params = sql::write_batch_params(items, std::chrono::seconds(86'400));
         std::vector<const char*> values;
         std::vector<int> lengths, formats;
+        // As the store sends them (backends/postgres/detail/): binary arrays, text
+        // scalars (the retention), NULLs.
         for (const auto& p : params) {
-            const auto v = p.binary_value();
-            values.push_back(v.data());
-            lengths.push_back(static_cast<int>(v.size()));
-            formats.push_back(1);
+            if (p.is_binary) {
+                const auto v = p.binary_value();
+                values.push_back(v.data() ? v.data() : "");
+                lengths.push_back(static_cast<int>(v.size()));
+                formats.push_back(1);
+            } else {
+                values.push_back(p.text ? p.text->c_str() : nullptr);
+                lengths.push_back(p.text ? static_cast<int>(p.text->size()) : 0);
+                formats.push_back(0);
+            }
         }
         if (!PQsendQueryPrepared(c, sql::name::batch_begin, 0, nullptr, nullptr, nullptr, 0) ||
             !PQsendQueryPrepared(c, sql::name::write_batch, static_cast<int>(values.size()),

@@ -14,6 +14,7 @@ transactions than writes (proof that batches formed).
 Needs FK_TEST_PG_URL (exit 77 = skipped without it, unless FK_REQUIRE_SERVICES=1).
 """
 
+import os
 import subprocess
 import threading
 import time
@@ -455,6 +456,27 @@ def test_a_far_database_gets_a_second_batch_after_half_a_round_trip():
     # The fastest exchange counts: the last line logged says what the proxy settled on.
     check(logs and logs[-1].get("far") is False, "loopback Postgres is near: %s" % logs)
     check(logs[-1]["round_trip_ms"] < 1, "under far_round_trip_ms: %s" % logs[-1])
+
+
+def test_bench_ceiling_tool_applies_every_write():
+    """scripts/bench/pg_batch_ceiling (bench.sh's database ceiling for P) sends the store's
+    own batch statement with the store's own parameters: it must keep doing so as they
+    change. (It once sent a new text parameter in binary, and every bench run's ceiling
+    failed with "insufficient data left in message" without any test noticing.)"""
+    exe = os.environ.get("FK_PG_BATCH_CEILING_BIN", "")
+    check(exe and os.access(exe, os.X_OK), "FK_PG_BATCH_CEILING_BIN (%r) is not a built tool" % exe)
+    store = fk.pg_store()
+    p = store.start()
+    p.wait_ready()   # the schema exists from here on
+    tag = "ceil-%s-" % fk.rand_name(6)
+    r = subprocess.run([exe, PG_URL, store.schema, "4", "0.5", "256", tag],
+                       capture_output=True, text=True, timeout=60)
+    eq(r.returncode, 0, "pg_batch_ceiling: %s %s" % (r.stdout, r.stderr))
+    fields = dict(kv.split("=") for kv in r.stdout.split())
+    writes = int(fields["writes"])
+    check(writes >= 4 and writes % 4 == 0, "writes %d: not whole batches of 4" % writes)
+    eq(int(sql_rows("SELECT count(*) FROM \"%s\".resources WHERE key LIKE '%s%%' AND version = 1"
+                    % (store.schema, tag))[0][0]), writes, "rows the tool wrote")
 
 
 if __name__ == "__main__":
