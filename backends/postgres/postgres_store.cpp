@@ -123,7 +123,7 @@ public:
         if (r.error == errc::ok)
             cache_.observe_fence(lock, r.token);
         else if (r.error == errc::stale_token)
-            observe_stale(lock, r.current_token, r.floor);
+            observe_effective(lock, r.current_token, r.floor);
         co_return r;
     }
 
@@ -134,7 +134,7 @@ public:
         auto o = co_await pool_->run(pg::sql::name::read_fence, params, false);
         auto r = pg::map_read_fence(o, lock);
         if (r.error == errc::ok)
-            observe_stale(lock, r.fence.token, r.fence.floor);
+            observe_effective(lock, r.fence.token, r.fence.floor);
         co_return r;
     }
 
@@ -230,8 +230,8 @@ private:
 
     // A fence the database reported for `lock` (a rejection's, or a read's: the effective
     // one), and the floor that set it, if one did.
-    void observe_stale(const std::string& lock, token_t fence,
-                       const std::optional<std::string>& floor) {
+    void observe_effective(const std::string& lock, token_t fence,
+                           const std::optional<std::string>& floor) {
         cache_.observe_fence(lock, fence);
         if (floor)
             floor_names_.learn(*floor, fence);
@@ -357,7 +357,7 @@ private:
         if (r.error == errc::ok)
             cache_.observe_fence(lock, token);
         else if (r.error == errc::stale_token)
-            observe_stale(lock, r.current_token, r.floor);
+            observe_effective(lock, r.current_token, r.floor);
     }
 
     void observe(const std::string& key, const std::string& lock, const write_result& r,
@@ -374,7 +374,7 @@ private:
                 cache_.forget_key(key);
             break;
         case errc::stale_token:
-            observe_stale(lock, r.current_token, r.floor);
+            observe_effective(lock, r.current_token, r.floor);
             break;
         case errc::lock_mismatch:
             cache_.observe_key(key, r.lock);

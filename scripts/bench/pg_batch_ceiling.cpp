@@ -114,25 +114,10 @@ int main(int argc, char** argv) {
             items[i].content_type = content_type;
         }
         const auto params = sql::write_batch_params(items, std::chrono::seconds(86'400));
-        std::vector<const char*> values;
-        std::vector<int> lengths, formats;
-        // As the store sends them (backends/postgres/detail/): binary arrays, text
-        // scalars (the retention), NULLs.
-        for (const auto& p : params) {
-            if (p.is_binary) {
-                const auto v = p.binary_value();
-                values.push_back(v.data() ? v.data() : "");
-                lengths.push_back(static_cast<int>(v.size()));
-                formats.push_back(1);
-            } else {
-                values.push_back(p.text ? p.text->c_str() : nullptr);
-                lengths.push_back(p.text ? static_cast<int>(p.text->size()) : 0);
-                formats.push_back(0);
-            }
-        }
+        const sql::param_arrays a(params); // as the store sends them
         if (!PQsendQueryPrepared(c, sql::name::batch_begin, 0, nullptr, nullptr, nullptr, 0) ||
-            !PQsendQueryPrepared(c, sql::name::write_batch, static_cast<int>(values.size()),
-                                 values.data(), lengths.data(), formats.data(), 0) ||
+            !PQsendQueryPrepared(c, sql::name::write_batch, a.size(), a.values.data(),
+                                 a.lengths.data(), a.formats.data(), 0) ||
             !PQpipelineSync(c) || PQflush(c) != 0)
             fail("send", c);
         const long applied = collect(c);

@@ -121,36 +121,6 @@ std::string last_error(PGconn* c) {
     return m;
 }
 
-// Arrays for PQsendQueryPrepared; the values point into `params`, which outlives the call.
-struct param_arrays {
-    std::vector<const char*> values;
-    std::vector<int> lengths;
-    std::vector<int> formats;
-
-    explicit param_arrays(const sql::param_list& params) {
-        values.reserve(params.size());
-        lengths.reserve(params.size());
-        formats.reserve(params.size());
-        for (const auto& p : params) {
-            if (p.is_binary) {
-                const auto v = p.binary_value();
-                values.push_back(v.data() ? v.data() : "");
-                lengths.push_back(static_cast<int>(v.size()));
-                formats.push_back(1);
-            } else if (p.text) {
-                values.push_back(p.text->c_str());
-                lengths.push_back(static_cast<int>(p.text->size()));
-                formats.push_back(0);
-            } else {
-                values.push_back(nullptr);
-                lengths.push_back(0);
-                formats.push_back(0);
-            }
-        }
-    }
-    int size() const noexcept { return static_cast<int>(values.size()); }
-};
-
 } // namespace
 
 void pg_conn_closer::operator()(pg_conn* c) const noexcept {
@@ -467,7 +437,7 @@ net::awaitable<exec_outcome> connection::exec_prepared(const char* name,
                                                        bool binary_results, millis timeout) {
     if (broken_ || !conn_)
         co_return unsent_failure();
-    param_arrays a(params);
+    sql::param_arrays a(params);
     arm_deadline(timeout);
     if (PQsendQueryPrepared(conn_.get(), name, a.size(), a.values.data(), a.lengths.data(),
                             a.formats.data(), binary_results ? 1 : 0) == 0) {
@@ -486,7 +456,7 @@ net::awaitable<exec_outcome> connection::exec_pipeline(const std::vector<pipelin
         co_return unsent_failure();
     arm_deadline(timeout);
     for (const auto& step : steps) {
-        param_arrays a(*step.params);
+        sql::param_arrays a(*step.params);
         if (PQsendQueryPrepared(c, step.statement, a.size(), a.values.data(), a.lengths.data(),
                                 a.formats.data(), 0) == 0) {
             disarm_deadline();

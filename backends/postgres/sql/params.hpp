@@ -30,6 +30,39 @@ struct param {
 };
 using param_list = std::vector<param>;
 
+// The arrays PQsendQueryPrepared takes, as every sender of these parameters passes them
+// (detail/connection.cpp, scripts/bench/pg_batch_ceiling.cpp): binary values in binary
+// format, text in text, NULL as NULL. The values point into `params`, which must outlive
+// the call.
+struct param_arrays {
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+    std::vector<int> formats;
+
+    explicit param_arrays(const sql::param_list& params) {
+        values.reserve(params.size());
+        lengths.reserve(params.size());
+        formats.reserve(params.size());
+        for (const auto& p : params) {
+            if (p.is_binary) {
+                const auto v = p.binary_value();
+                values.push_back(v.data() ? v.data() : "");
+                lengths.push_back(static_cast<int>(v.size()));
+                formats.push_back(1);
+            } else if (p.text) {
+                values.push_back(p.text->c_str());
+                lengths.push_back(static_cast<int>(p.text->size()));
+                formats.push_back(0);
+            } else {
+                values.push_back(nullptr);
+                lengths.push_back(0);
+                formats.push_back(0);
+            }
+        }
+    }
+    int size() const noexcept { return static_cast<int>(values.size()); }
+};
+
 // Parameters, in the order the statements above expect them.
 // Parameters, in the order the statements expect them.
 param_list put_params(const put_request& req);
