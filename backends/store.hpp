@@ -10,6 +10,7 @@
 
 #include "backends/commit_stats.hpp"
 #include "backends/net.hpp"
+#include "backends/txn.hpp"
 #include "fence/error.hpp"
 #include "fence/rule.hpp"
 #include "fence/token.hpp"
@@ -182,6 +183,35 @@ struct operation_result {
     std::string server_message;
 };
 
+// POST /v1/transactions (docs/api.md#post-v1transactions; backends/txn.hpp has the ops).
+struct txn_request {
+    std::vector<txn_op> ops; // validated by validate_txn
+    std::optional<idempotency> idem;
+};
+
+struct txn_result {
+    errc error = errc::ok; // ok, stale_token, lock_mismatch, precondition_failed,
+                           // operation_failed, invalid_request, not_found (no such
+                           // operation), idempotency_key_reused, unavailable,
+                           // outcome_unknown, internal
+    // ok: answered from the transaction's Idempotency-Key record, nothing applied now;
+    // results_json is the recorded text.
+    bool replayed = false;
+    // ok: the "results" array (render_txn_results), the text the reply carries.
+    std::string results_json;
+    // An error decided by one op (stale_token, lock_mismatch, precondition_failed,
+    // operation_failed, invalid_request, not_found): that op's index in ops. When several
+    // ops would fail, the first in op order decides (docs/api.md: operations run after
+    // every other op's checks, so a failing put or check is named before an operation).
+    std::optional<std::size_t> op_index;
+    token_t current_token = 0;        // stale_token: the effective fence that refused the op
+    std::optional<std::string> floor; // stale_token: as write_result::floor
+    std::string lock;                 // lock_mismatch: the lock the key belongs to
+    std::string sqlstate;             // operation_failed
+    std::string message;
+    std::string server_message; // operation_failed: as operation_result::server_message
+};
+
 // A write's answer from its Idempotency-Key record (the promises on struct idempotency):
 // the recorded outcome with `replayed` when the fingerprints match, else
 // idempotency_key_reused. Both stores answer through this one function.
@@ -211,6 +241,13 @@ public:
     virtual net::awaitable<write_result> raise_floor(floor_request req) = 0;
     // GET /v1/floors.
     virtual net::awaitable<floors_result> list_floors() = 0;
+
+    // POST /v1/transactions: every op applies, in one atomic step with every fence check,
+    // or none does (docs/api.md#post-v1transactions). ok only once all of it is durable.
+    // The Idempotency-Key promises of struct idempotency hold for the whole transaction
+    // (the recorded outcome is results_json). An `operation` op on a store without
+    // operations: invalid_request with its op_index.
+    virtual net::awaitable<txn_result> transact(txn_request req) = 0;
 
     // Named SQL operations: only the Postgres store has them (404 elsewhere).
     virtual bool supports_operations() const noexcept { return false; }

@@ -178,6 +178,13 @@ public:
         co_return pg::map_list(o, req.limit);
     }
 
+    // TXN-TODO: replaced by the real implementation before this lands.
+    net::awaitable<txn_result> transact(txn_request) override {
+        txn_result r;
+        r.error = errc::internal;
+        r.message = "transactions are not built yet";
+        co_return r;
+    }
     bool supports_operations() const noexcept override { return true; }
 
     std::optional<std::size_t> operation_param_count(const std::string& name) const override {

@@ -37,6 +37,13 @@ public:
     net::awaitable<fk::store::write_result> raise_floor(fk::store::floor_request req) override;
     net::awaitable<fk::store::floors_result> list_floors() override;
 
+    // TXN-TODO: replaced by the real implementation before this lands.
+    net::awaitable<fk::store::txn_result> transact(fk::store::txn_request) override {
+        fk::store::txn_result r;
+        r.error = fk::errc::internal;
+        r.message = "transactions are not built yet";
+        co_return r;
+    }
     bool supports_operations() const noexcept override { return !operations_.empty(); }
     net::awaitable<fk::store::operation_result>
     run_operation(fk::store::operation_request req) override;

@@ -115,6 +115,13 @@ public:
     net::awaitable<list_result> list_fences(list_request req) override;
     net::awaitable<write_result> raise_floor(floor_request req) override;
     net::awaitable<floors_result> list_floors() override;
+    // TXN-TODO: replaced by the real implementation before this lands.
+    net::awaitable<txn_result> transact(txn_request) override {
+        txn_result r;
+        r.error = errc::internal;
+        r.message = "transactions are not built yet";
+        co_return r;
+    }
     bool ready() const noexcept override;
     const commit_stats* batches() const noexcept override { return &commit_sizes_; }
     void stop() override;
