@@ -37,6 +37,8 @@
 #   F  PUT -> fencekeeper file store         vs scripts/bench/durable_write_baseline.cpp
 #   S  stale PUT (409) -> fencekeeper/pg     vs nginx `return 409`, same wrk script
 #   H  GET /healthz                          vs nginx `return 204`
+#   T  a 10-op transaction (POST /v1/transactions, 10 puts) vs a single PUT, one client
+#      (latency at low load) and 8, on P's and F's fencekeepers, one right after the other
 #   I  P's and F's PUTs with an Idempotency-Key on every write (a new key each) vs the same
 #      PUTs without one, on the same fencekeepers, one right after the other; and replays
 #      (the same keyed PUTs, already applied, sent again) vs those keyed writes
@@ -66,7 +68,7 @@ quick=0
 docs=auto
 stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
-only="P F S H I"
+only="P F S H I T"
 lat_rate=""
 warmup=""
 tick_us=1000
@@ -106,7 +108,7 @@ if ((quick)); then
 fi
 [[ -n $warmup ]] || warmup=$((quick ? 1 : 2))
 for scen in $only; do
-    [[ $scen == [PFSHI] ]] || { echo "bench.sh: --only takes scenarios out of P F S H I" >&2; exit 2; }
+    [[ $scen == [PFSHIT] ]] || { echo "bench.sh: --only takes scenarios out of P F S H I T" >&2; exit 2; }
 done
 want() { [[ " $only " == *" $1 "* ]]; }
 [[ $docs == auto ]] && docs=$((quick ? 0 : 1))
@@ -611,6 +613,39 @@ idem_runs() {
     idem_side "$st" "$pid" "$port" "$c" "$r" replay replay "i${lc}r" "$body_bytes" "$replay_keys"
 }
 
+# --- T: transactions ---------------------------------------------------------------------
+txn_tsv="$results/txn.tsv"
+printf 'store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\n' >"$txn_tsv"
+txn_ops=10
+txn_clients="1 8"
+# txn_side STORE PID PORT CLIENTS ROUND MODE(put|txn) LUA ARGS...: one wrk run, in txn.tsv.
+txn_side() {
+    local st=$1 pid=$2 port=$3 c=$4 r=$5 mode=$6; shift 6
+    local t0 t1 rps req non2xx errs cpu
+    t0="$(cpu_ticks "$pid")"
+    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port/" "$c" "$@")
+    t1="$(cpu_ticks "$pid")"
+    cpu="$(us_per "$t0" "$t1" "$req")"
+    ((non2xx == 0)) || problem "T $st $mode c=$c round $r: $non2xx of $req answers were not 2xx"
+    ((errs == 0)) || problem "T $st $mode c=$c round $r: $errs socket errors"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$st" "$c" "$r" "$mode" "$rps" "$cpu" "$req" \
+        "$non2xx" >>"$txn_tsv"
+    printf '   T %s c=%-3s round %s  %-4s %10.1f/s  (%s CPU-us/req)\n' "$st" "$c" "$r" "$mode" \
+        "$rps" "$cpu" >&2
+}
+# txn_runs STORE PID PORT CLIENTS ROUND: single PUTs and 10-op transactions, in alternating
+# order by round.
+txn_runs() {
+    local st=$1 pid=$2 port=$3 c=$4 r=$5 lc=${1,,}
+    if ((r % 2)); then
+        txn_side "$st" "$pid" "$port" "$c" "$r" put put "t${lc}p$c-r$r" "$body_bytes"
+        txn_side "$st" "$pid" "$port" "$c" "$r" txn txn "t${lc}t$c-r$r" "$body_bytes" "$txn_ops"
+    else
+        txn_side "$st" "$pid" "$port" "$c" "$r" txn txn "t${lc}t$c-r$r" "$body_bytes" "$txn_ops"
+        txn_side "$st" "$pid" "$port" "$c" "$r" put put "t${lc}p$c-r$r" "$body_bytes"
+    fi
+}
+
 # --- S: prime the fences ------------------------------------------------------------
 # Every stale key/lock gets one accepted write with a high token, so that the stale run's
 # token 1 is below the fence and the key is known to belong to its lock.
@@ -697,6 +732,10 @@ for r in $(seq "$rounds"); do
     want I && for c in $clients; do
         idem_runs P "$fk_pid_pg" "$fk_port_pg" "$c" "$r"
         idem_runs F "$fk_pid_file" "$fk_port_file" "$c" "$r"
+    done
+    want T && for c in $txn_clients; do
+        txn_runs P "$fk_pid_pg" "$fk_port_pg" "$c" "$r"
+        txn_runs F "$fk_pid_file" "$fk_port_file" "$c" "$r"
     done
     want H && for c in $clients; do
         prev_side H "$c" "$r" PREV 2xx

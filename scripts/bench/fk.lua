@@ -14,6 +14,9 @@
 --                                                       request again and again; once
 --                                                       primed (bench.sh does), every
 --                                                       answer is a replay
+--   wrk ... -s fk.lua URL -- txn   TAG BODY_BYTES OPS  POST /v1/transactions of OPS puts,
+--                                                       each a fresh key TAG-<thread>-<n>-<j>
+--                                                       under its own lock, token n
 -- Every lock and key name is unique per request in put mode: TAG-<thread>-<n>.
 -- No response() callback: it would make wrk parse every body; wrk's "Non-2xx or 3xx
 -- responses" line is what bench.sh checks instead.
@@ -24,7 +27,7 @@ function setup(thread)
    next_thread = next_thread + 1
 end
 
-local mode, tag, body, keys, token
+local mode, tag, body, keys, token, ops
 local n = 0
 local hdrs = {}
 
@@ -34,6 +37,7 @@ function init(args)
    body = string.rep("x", tonumber(args[3] or "256"))
    keys = tonumber(args[4] or "1000")
    token = args[5] or "1"
+   ops = tonumber(args[4] or "10")
    -- Threads interleave over the key space in cycle mode.
    n = tid
    -- In replay mode each thread has keys of its own: two threads never send one key at
@@ -43,6 +47,16 @@ end
 
 function request()
    local name, tok
+   if mode == "txn" then
+      n = n + 1
+      local parts = {}
+      for j = 1, ops do
+         parts[j] = '{"op":"put","key":"' .. tag .. "-" .. tid .. "-" .. n .. "-" .. j ..
+            '","token":' .. n .. ',"body":"' .. body .. '"}'
+      end
+      return wrk.format("POST", "/v1/transactions", {["Content-Type"] = "application/json"},
+                        '{"ops":[' .. table.concat(parts, ",") .. "]}")
+   end
    hdrs["Idempotency-Key"] = nil
    if mode == "put" or mode == "putk" then
       n = n + 1

@@ -326,6 +326,64 @@ problems below).
 {chr(10).join(lines)}
 """
 
+# --- T: transactions (txn.tsv) ------------------------------------------------------------
+# Per store and client count, in each round: single PUTs/s and 10-op transactions/s, one
+# right after the other. At one client (closed loop) a request's mean latency is 1 ÷ rate,
+# so "latency ÷ a PUT's" = PUT rate ÷ transaction rate, per round; median and range.
+TXN_LATENCY_TARGET = 3.0   # a 10-op transaction's latency ÷ a single PUT's, at 1 client
+txn_rows = tsv("txn.tsv")
+txn_text = ""
+if txn_rows:
+    txn = {}  # (store, clients) -> round -> mode -> (rate, cpu)
+    for r in txn_rows:
+        txn.setdefault((r["store"], int(r["clients"])), {}).setdefault(r["round"], {})[r["mode"]] = (
+            float(r["rate"] or 0), float(r["cpu_us_per_req"]) if r["cpu_us_per_req"] else None)
+    lines = []
+    out = lines.append
+    out("| id | store | clients | PUTs/s | transactions/s (10 puts each) | mean latency: PUT / transaction "
+        "| transaction latency ÷ PUT's (median) | range | target | | writes/s in transactions "
+        "| fencekeeper CPU-µs/req: PUT / transaction |")
+    out("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
+    for (st, c) in sorted(txn, key=lambda k: ("PF".find(k[0]), k[1])):
+        rounds = txn[(st, c)]
+
+        def med(mode, i=0, rounds=rounds):
+            v = [m[mode][i] for m in rounds.values() if mode in m and m[mode][i] is not None]
+            return statistics.median(v) if v else None
+
+        ratios = [m["put"][0] / m["txn"][0] for m in rounds.values()
+                  if "put" in m and "txn" in m and m["txn"][0] > 0]
+        x = (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
+        tgt, verdict = "—", ""
+        if c == 1:
+            name = f"T {st}: a 10-op transaction's latency ÷ a PUT's at 1 client ≤ {TXN_LATENCY_TARGET:g}"
+            tgt = f"≤ {TXN_LATENCY_TARGET:g}"
+            if x is None:
+                verdict = "n/a"
+                verdicts.append((name, "not measured", None))
+            else:
+                ok = x[0] <= TXN_LATENCY_TARGET
+                verdict = "**PASS**" if ok else "**MISS**"
+                verdicts.append((name, f"{x[0]:.2f}", ok))
+        put, tx = med("put"), med("txn")
+        mean_lat = (f"{1000 * c / put:.2f} ms / {1000 * c / tx:.2f} ms" if put and tx else "—")
+        cpus = " / ".join(f"{med(m, 1):.1f}" if med(m, 1) is not None else "—" for m in ("put", "txn"))
+        out(f"| T | {st} | {c} | {fmt_rate(put) if put else '—'} | {fmt_rate(tx) if tx else '—'} | {mean_lat} | "
+            f"{f'**{x[0]:.2f}**' if x else '—'} | {f'{x[1]:.2f}–{x[2]:.2f}' if x else '—'} | {tgt} | "
+            f"{verdict} | {fmt_rate(10 * tx) if tx else '—'} | {cpus} |")
+    txn_text = f"""
+## Transactions
+
+Scenario T: P's and F's fencekeepers (the same processes as above) get, in every round, at 1
+and 8 clients, single `PUT`s and `POST /v1/transactions` of 10 puts (each a fresh key under
+its own lock, {meta.get('body', 256)}-byte bodies), one right after the other in
+alternating order. At 1 client (closed loop) the mean latency is 1 ÷ rate, so the ratio is
+a transaction's latency over a single PUT's at low load. Medians over rounds of the
+per-round ratios. "Writes/s in transactions" counts each transaction's 10 puts.
+
+{chr(10).join(lines)}
+"""
+
 
 def median_of(vals):
     vals = [v for v in vals if v is not None]
@@ -702,6 +760,7 @@ so it also holds that server's background work (WAL writer, checkpointer, autova
 {previous_text}
 ![throughput vs client connections](bench-throughput.png)
 {idem_text}
+{txn_text}
 ## Latency at 70% of peak (open loop), peak RSS
 
 {latency_table}
@@ -870,6 +929,8 @@ if previous_table:
 print(db_table)
 if idem_text:
     print(idem_text)
+if txn_text:
+    print(txn_text)
 if ceiling_text:
     print(ceiling_text)
 print()

@@ -30,7 +30,7 @@ NORMAL = {
 NORMAL_CEILING = {32: (20076, 16), 128: (40666, 60)}
 
 
-def write_results(d, rows, ceiling=(), idem=()):
+def write_results(d, rows, ceiling=(), idem=(), txn=()):
     """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate);
     idem: (store, clients, round, mode, rate)."""
     with open(os.path.join(d, "results.tsv"), "w") as f:
@@ -46,6 +46,11 @@ def write_results(d, rows, ceiling=(), idem=()):
             f.write("store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\tapplied\treplayed\n")
             for st, c, rnd, mode, rate in idem:
                 f.write("%s\t%d\t%d\t%s\t%.1f\t12.0\t1000\t0\t1000\t0\n" % (st, c, rnd, mode, rate))
+    if txn:
+        with open(os.path.join(d, "txn.tsv"), "w") as f:
+            f.write("store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\n")
+            for st, c, rnd, mode, rate in txn:
+                f.write("%s\t%d\t%d\t%s\t%.1f\t30.0\t1000\t0\n" % (st, c, rnd, mode, rate))
     with open(os.path.join(d, "meta.tsv"), "w") as f:
         f.write("command\tbash scripts/bench.sh --quick\nrounds\t1\nduration\t3\n")
 
@@ -67,10 +72,10 @@ def replace(rows, scen, c, rnd, side, rate):
 
 
 class Report:
-    def __init__(self, rows, ceiling=(), idem=()):
+    def __init__(self, rows, ceiling=(), idem=(), txn=()):
         d = tempfile.mkdtemp(prefix="fk-report-test-")
         try:
-            write_results(d, rows, ceiling, idem)
+            write_results(d, rows, ceiling, idem, txn)
             p = subprocess.run([sys.executable, REPORT, d, "0"], capture_output=True,
                                text=True, timeout=120)
             if p.returncode != 0:
@@ -211,6 +216,27 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(cells[9:12], ["17,600 replays/s", "**2.00**", "2.00–2.00"])
         # Without idem.tsv there is no such section.
         self.assertNotIn("Idempotency-Key: writes", Report(normal_rows(scens="H")).md)
+
+    def test_transaction_rows_and_their_verdicts(self):
+        # P at 1 client: 500 PUTs/s, transactions 250, 200, 150/s → latency ratios 2, 2.5,
+        # 3.33 (median 2.5, PASS); F at 1 client: 1000 PUTs/s vs 200 transactions/s → 5
+        # (MISS); at 8 clients a row but no verdict.
+        txn = []
+        for rnd, tx in enumerate((250, 200, 150), 1):
+            txn += [("P", 1, rnd, "put", 500), ("P", 1, rnd, "txn", tx),
+                    ("F", 1, rnd, "put", 1000), ("F", 1, rnd, "txn", 200),
+                    ("P", 8, rnd, "put", 3000), ("P", 8, rnd, "txn", 1000)]
+        r = Report(normal_rows(scens="H"), txn=txn)
+        v = r.verdicts()
+        self.assertEqual(v["T P: a 10-op transaction's latency ÷ a PUT's at 1 client ≤ 3"], ("2.50", "**PASS**"))
+        self.assertEqual(v["T F: a 10-op transaction's latency ÷ a PUT's at 1 client ≤ 3"], ("5.00", "**MISS**"))
+        self.assertFalse([t for t in v if t.startswith("T ") and "at 8 clients" in t])
+        rows = [line for line in r.section("Transactions").splitlines() if line.startswith("| T | P | 1 |")]
+        self.assertEqual(len(rows), 1)
+        cells = [x.strip() for x in rows[0].strip().strip("|").split("|")]
+        self.assertEqual(cells[3:8], ["500", "200", "2.00 ms / 5.00 ms", "**2.50**", "2.00–3.33"])
+        self.assertEqual(cells[10], "2,000")
+        self.assertNotIn("## Transactions", Report(normal_rows(scens="H")).md)
 
 
 if __name__ == "__main__":

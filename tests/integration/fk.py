@@ -604,6 +604,18 @@ class Client:
         return self.request("POST", "/v1/operations/" + quote_key(name),
                             body=json.dumps({"params": params}).encode(), headers=h)
 
+    def transaction(self, ops, token=None, lock=None, headers=None):
+        """POST /v1/transactions with {"ops": ops} (docs/api.md#post-v1transactions);
+        token and lock go to the Fencing-Token / Fencing-Lock headers (the ops' defaults)."""
+        h = {"Content-Type": "application/json"}
+        if token is not None:
+            h["Fencing-Token"] = str(token)
+        if lock is not None:
+            h["Fencing-Lock"] = lock
+        h.update(headers or {})
+        return self.request("POST", "/v1/transactions", body=json.dumps({"ops": ops}).encode(),
+                            headers=h)
+
     def healthz(self):
         return self.request("GET", "/healthz")
 
@@ -880,6 +892,9 @@ class Proxy:
 
     def operation(self, *a, **kw):
         return self._one("operation", *a, **kw)
+
+    def transaction(self, *a, **kw):
+        return self._one("transaction", *a, **kw)
 
 
 def run_binary(args, timeout=20.0, env=None, cwd=None):
