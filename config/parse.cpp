@@ -35,6 +35,7 @@ constexpr std::int64_t max_header_bytes = 1024 * 1024;
 constexpr std::int64_t max_body_bytes = 1024 * 1024 * 1024;
 constexpr std::int64_t max_connections = 1'000'000;
 constexpr std::int64_t max_inflight_requests = 1'000'000;
+constexpr std::int64_t max_txn_ops = 10'000;
 constexpr std::size_t max_path_bytes = 4096;
 constexpr std::int64_t max_threads = 1024;
 constexpr std::int64_t max_pool_size = 1024;
@@ -445,6 +446,13 @@ std::vector<config_key> make_keys() {
         "limits.max_inflight_requests", 1, max_inflight_requests,
         "requests served at once; 503 above",
         [](auto& s) -> auto& { return s.http.max_inflight_requests; }));
+    k.push_back(integer_key(
+        "limits.max_txn_ops", 1, max_txn_ops, "ops in one transaction; 400 above",
+        [](auto& s) -> auto& { return s.http.max_txn_ops; }));
+    k.push_back(integer_key(
+        "limits.max_txn_op_body_bytes", 0, max_body_bytes,
+        "one put's body in a transaction; 413 above",
+        [](auto& s) -> auto& { return s.http.max_txn_op_body_bytes; }));
 
     k.push_back(string_key(
         "postgres.schema",

@@ -25,6 +25,10 @@ struct http_limits {
     millis write_timeout{30'000};                 // to send a response
     std::size_t max_connections = 10'000;         // excess connections are refused
     std::size_t max_inflight_requests = 1'024;    // process-wide; excess → 503 + Retry-After
+    // POST /v1/transactions: ops per transaction (store::default_max_txn_ops), and the
+    // bytes of one put's body (decoded); the whole body stays within max_body_bytes.
+    std::size_t max_txn_ops = 100;
+    std::size_t max_txn_op_body_bytes = 1024 * 1024; // → 413 with the op's index
 };
 
 struct postgres_settings {

@@ -243,6 +243,16 @@ response operation_failed_response(std::string_view sqlstate, std::string messag
         error_reply{errc::operation_failed, std::move(message), {{"sqlstate", sqlstate}}, {}});
 }
 
+void add_error_field(response& res, std::string_view name, const nlohmann::json& value) {
+    if (name == "error" || name == "message")
+        return;
+    auto body = nlohmann::json::parse(res.body(), nullptr, false);
+    if (!body.is_object())
+        return;
+    body[std::string{name}] = value;
+    res.body() = dump_json(body);
+}
+
 response method_not_allowed_response(std::string_view allow, std::string message) {
     return make_error_response(error_reply{errc::method_not_allowed, std::move(message),
                                            nlohmann::json::object(), std::string{allow}});

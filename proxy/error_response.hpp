@@ -49,6 +49,13 @@ response precondition_failed_response(std::string_view key);
 response operation_failed_response(std::string_view sqlstate, std::string message);
 response method_not_allowed_response(std::string_view allow, std::string message);
 
+// Adds a member to an error response's JSON body (made by the functions above), keeping
+// the body's form: members in sorted order, as make_error_response writes them. For
+// replies that name more than the error itself, e.g. the failing op of a transaction
+// ("op_index", docs/api.md#post-v1transactions). A member "error" or "message" is not
+// replaced; a body that is not a JSON object (never made here) is left as it is.
+void add_error_field(response& res, std::string_view name, const nlohmann::json& value);
+
 // Serialises JSON for the wire; invalid UTF-8 (never expected) is replaced, not thrown.
 std::string dump_json(const nlohmann::json& j);
 

@@ -1,4 +1,4 @@
-// Every route's handler, ~590 lines in one file: they share the call context, the
+// Every route's handler, ~900 lines in one file: they share the call context, the
 // parsing of Fencing-Token, Fencing-Lock and preconditions, the logging of applied and
 // stale writes, and the one mapping of a store's write failure to a reply, and each
 // handler itself is short. docs/api.md#routes is what they implement.
@@ -10,6 +10,7 @@
 #include "fence/token.hpp"
 #include "proxy/detail/operation_params.hpp"
 #include "proxy/detail/request_id.hpp"
+#include "proxy/detail/txn_body.hpp"
 #include "proxy/idempotency.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
@@ -676,6 +677,195 @@ net::awaitable<response> run_operation(call c) {
     co_return res;
 }
 
+// The request's Fencing-Token, when present (POST /v1/transactions: a default for ops
+// without a token); a malformed one is refused as on single writes.
+checked<std::optional<token_t>> optional_token_of(const request& req) {
+    if (fields_named(req, fencing_token_field).count == 0 &&
+        fields_named(req, fencing_token_alias).count == 0)
+        return {std::optional<token_t>{}, std::nullopt};
+    auto t = token_of(req);
+    if (t.failure)
+        return {std::nullopt, std::move(t.failure)};
+    return {std::optional<token_t>{*t.value}, std::nullopt};
+}
+
+// What a transaction's error replies and log lines need of each op, kept when the ops
+// move into the store's request.
+struct txn_op_ref {
+    store::txn_op::kind kind;
+    std::string key;
+    std::string lock;
+    token_t token = 0;
+    std::string name; // operation
+};
+
+// A transaction's error: the op that decided it, by its index, in the body.
+response with_op_index(response res, std::optional<std::size_t> op_index) {
+    if (op_index)
+        add_error_field(res, "op_index", *op_index);
+    return res;
+}
+
+void log_txn_operation_error(const call& c, const store::txn_result& r, std::string_view name) {
+    if (!logging::enabled(logging::level::warn))
+        return;
+    auto f = log_fields(c);
+    f["operation"] = name;
+    f["op_index"] = r.op_index ? nlohmann::json(*r.op_index) : nlohmann::json(nullptr);
+    f["error"] = to_string(r.error);
+    f["sqlstate"] = r.sqlstate;
+    f["detail"] = r.server_message;
+    logging::write(logging::level::warn, "operation error", f);
+}
+
+// The store's refusal of a transaction, naming the op that decided it.
+response txn_failure(const call& c, const store::txn_result& r,
+                     const std::vector<txn_op_ref>& ops) {
+    const txn_op_ref* op = r.op_index && *r.op_index < ops.size() ? &ops[*r.op_index] : nullptr;
+    switch (r.error) {
+    case errc::stale_token:
+        if (!op)
+            break;
+        log_stale(c, op->key.empty() ? std::nullopt : std::optional<std::string_view>{op->key},
+                  op->lock, op->token, r.current_token, r.floor);
+        return with_op_index(
+            stale_token_response(op->lock, op->token, r.current_token, floor_of(r.floor)),
+            r.op_index);
+    case errc::lock_mismatch:
+        if (!op)
+            break;
+        return with_op_index(lock_mismatch_response(op->key, r.lock), r.op_index);
+    case errc::precondition_failed:
+        if (!op)
+            break;
+        if (op->kind == store::txn_op::kind::check_version)
+            return with_op_index(
+                make_error_response(error_reply{errc::precondition_failed,
+                                                "check_version does not hold for key '" + op->key +
+                                                    "'; nothing was written",
+                                                {{"key", op->key}},
+                                                {}}),
+                r.op_index);
+        return with_op_index(precondition_failed_response(op->key), r.op_index);
+    case errc::operation_failed:
+        return with_op_index(operation_failed_response(r.sqlstate, r.message), r.op_index);
+    case errc::invalid_request:
+    case errc::not_found:
+        // A request the store cannot run (e.g. an operation it does not know): the
+        // client's to fix, so 400 whatever the store's code.
+        return with_op_index(make_error_response(errc::invalid_request, r.message), r.op_index);
+    case errc::idempotency_key_reused:
+        return make_error_response(r.error, r.message);
+    default:
+        break;
+    }
+    // unavailable, outcome_unknown, internal, or an op error without its op (a store bug).
+    return store_failure(c,
+                         r.error == errc::stale_token || r.error == errc::lock_mismatch ||
+                                 r.error == errc::precondition_failed
+                             ? errc::internal
+                             : r.error,
+                         r.message);
+}
+
+// `body` outlives the call (the awaiting request owns it); `rules` is copied.
+net::awaitable<detail::txn_body> parse_txn(std::string_view body, detail::txn_body_rules rules) {
+    if (body.size() <= inline_parse_bytes)
+        co_return detail::parse_txn_body(body, rules);
+    co_return co_await net::co_spawn(
+        parse_pool(),
+        [body, rules = std::move(rules)]() -> net::awaitable<detail::txn_body> {
+            co_return detail::parse_txn_body(body, rules);
+        },
+        net::use_awaitable);
+}
+
+// POST /v1/transactions (docs/api.md#post-v1transactions). Checked in this order: the
+// header defaults (Fencing-Token, Fencing-Lock), the body (every op, then
+// store::validate_txn), the Idempotency-Key; then one store call decides every op.
+net::awaitable<response> post_transaction(call c) {
+    auto token = optional_token_of(c.req);
+    if (token.failure)
+        co_return std::move(*token.failure);
+    std::optional<std::string> lock;
+    if (fields_named(c.req, fencing_lock_field).count > 0) {
+        auto l = lock_of(c.req, std::nullopt);
+        if (l.failure)
+            co_return std::move(*l.failure);
+        lock = std::move(*l.value);
+    }
+
+    detail::txn_body_rules rules;
+    rules.max_ops = c.ctx.settings.http.max_txn_ops;
+    rules.max_op_body_bytes = c.ctx.settings.http.max_txn_op_body_bytes;
+    rules.token = *token.value;
+    rules.lock = lock;
+    rules.operations = c.ctx.store.supports_operations();
+    rules.param_count = [&store = c.ctx.store](const std::string& name) {
+        return store.operation_param_count(name);
+    };
+    auto parsed = co_await parse_txn(c.req.body(), std::move(rules));
+    if (parsed.error != errc::ok)
+        co_return with_op_index(make_error_response(parsed.error, std::move(parsed.message)),
+                                parsed.op_index);
+
+    // The fingerprint covers the body as sent and the headers that give it meaning, as on
+    // the other routes. A Fencing-Token of 0 and none at all hash alike: they differ only
+    // for a body with an op without a token, which is refused without one (400 above).
+    const auto id = identity_of(c, lock.value_or(""), token.value->value_or(0), {});
+    auto k = co_await idempotency_of(c, id);
+    if (k.failure)
+        co_return std::move(*k.failure);
+    // The ops hold what the store needs; the body is not kept while the store works.
+    std::string{}.swap(c.req.body());
+
+    std::vector<txn_op_ref> refs;
+    refs.reserve(parsed.ops.size());
+    for (const auto& op : parsed.ops)
+        refs.push_back({op.op, op.key, op.lock, op.token, op.name});
+
+    store::txn_request t;
+    t.ops = std::move(parsed.ops);
+    t.idem = std::move(k.value->idem);
+    store_timer timer{c, store_op::transaction};
+    auto r = co_await c.ctx.store.transact(std::move(t));
+    timer.done(r.error);
+    const txn_op_ref* failing =
+        r.op_index && *r.op_index < refs.size() ? &refs[*r.op_index] : nullptr;
+    count_write(c, r.error, failing ? failing->token : 0, r.current_token, r.replayed, r.floor);
+    if (!r.server_message.empty()) {
+        const bool named = failing && failing->kind == store::txn_op::kind::operation;
+        log_txn_operation_error(c, r, named ? std::string_view{failing->name} : "");
+    }
+    if (r.error != errc::ok)
+        co_return txn_failure(c, r, refs);
+
+    if (!r.replayed && logging::enabled(logging::level::debug)) {
+        auto f = log_fields(c);
+        f["ops"] = refs.size();
+        auto locks = nlohmann::json::array();
+        for (std::size_t i = 0; i < refs.size(); ++i) {
+            if (refs[i].kind == store::txn_op::kind::check_version)
+                continue;
+            bool seen = false;
+            for (std::size_t j = 0; j < i && !seen; ++j)
+                seen = refs[j].kind != store::txn_op::kind::check_version &&
+                       refs[j].lock == refs[i].lock;
+            if (!seen)
+                locks.push_back({{"lock", refs[i].lock}, {"token", refs[i].token}});
+        }
+        f["locks"] = std::move(locks);
+        logging::write(logging::level::debug, "transaction committed", f);
+    }
+    // results_json is already a JSON array; spliced in rather than parsed and re-serialised.
+    response res{http::status::ok, 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() =
+        "{\"results\":" + (r.results_json.empty() ? std::string{"[]"} : r.results_json) + "}";
+    mark_replayed(res, r.replayed);
+    co_return res;
+}
+
 net::awaitable<response> dispatch(call c) {
     const auto& m = c.match;
     if (m.error == errc::method_not_allowed)
@@ -703,6 +893,8 @@ net::awaitable<response> dispatch(call c) {
         co_return co_await list_floors(c);
     case route::operation:
         co_return co_await run_operation(c);
+    case route::transactions:
+        co_return co_await post_transaction(c);
     case route::healthz: {
         // The liveness probe, asked often: a fixed body, no JSON tree.
         response res{http::status::ok, 11};

@@ -26,9 +26,9 @@ std::size_t route_index(route r) noexcept {
 
 constexpr std::array<std::string_view, 5> write_outcome_names = {
     "applied", "stale", "precondition_failed", "error", "replayed"};
-constexpr std::array<std::string_view, 9> store_op_names = {
+constexpr std::array<std::string_view, 10> store_op_names = {
     "put",        "delete",    "get",         "fence_advance", "fence_read",
-    "fence_list", "operation", "floor_raise", "floor_list"};
+    "fence_list", "operation", "floor_raise", "floor_list",    "transaction"};
 constexpr std::array<std::string_view, 3> store_error_names = {"unavailable", "outcome_unknown",
                                                                "internal"};
 

@@ -30,9 +30,10 @@ namespace fk::proxy {
 
 enum class route; // proxy/router.hpp
 
-// writes_total{result}. Every write, delete, fence advance and operation that reached
-// the store counts exactly once. Requests rejected before the store (bad token or name,
-// 401, 413, 428, shed) are not writes; they show in requests_total.
+// writes_total{result}. Every write, delete, fence advance, operation and transaction (one
+// write, whatever its op count) that reached the store counts exactly once. Requests rejected
+// before the store (bad token or name, 401, 413, 428, shed) are not writes; they show in
+// requests_total.
 enum class write_outcome : std::uint8_t {
     applied,             // 2xx
     stale,               // 409 stale_token
@@ -54,6 +55,7 @@ enum class store_op : std::uint8_t {
     operation,
     floor_raise, // PUT /v1/floors
     floor_list,  // GET /v1/floors
+    transaction, // POST /v1/transactions
 };
 
 // store_errors_total{kind}

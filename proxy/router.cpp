@@ -16,7 +16,7 @@ using http::verb;
 constexpr std::string_view allow_resource = "GET, HEAD, PUT, DELETE";
 constexpr std::string_view allow_fence = "GET, HEAD, PUT";
 constexpr std::string_view allow_read_only = "GET, HEAD";
-constexpr std::string_view allow_operation = "POST";
+constexpr std::string_view allow_post = "POST";
 
 bool is_read(verb m) noexcept {
     return m == verb::get || m == verb::head;
@@ -30,6 +30,7 @@ bool allowed(route r, verb m) noexcept {
     case route::floors:
         return is_read(m) || m == verb::put;
     case route::operation:
+    case route::transactions:
         return m == verb::post;
     case route::fences_list:
     case route::healthz:
@@ -50,7 +51,8 @@ std::string_view allow_of(route r) noexcept {
     case route::floors:
         return allow_fence;
     case route::operation:
-        return allow_operation;
+    case route::transactions:
+        return allow_post;
     case route::fences_list:
     case route::healthz:
     case route::readyz:
@@ -216,6 +218,8 @@ std::string_view to_string(route r) noexcept {
         return "operation";
     case route::floors:
         return "floors";
+    case route::transactions:
+        return "transactions";
     case route::healthz:
         return "healthz";
     case route::readyz:
@@ -249,6 +253,8 @@ route_match match_route(http::verb method, std::string_view target) {
         m.kind = route::fences_list;
     else if (path == "/v1/floors")
         m.kind = route::floors;
+    else if (path == "/v1/transactions")
+        m.kind = route::transactions;
     else if (path.starts_with(resources)) {
         m.kind = route::resource;
         raw_name = path.substr(resources.size());

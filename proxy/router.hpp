@@ -19,15 +19,16 @@ namespace fk::proxy {
 
 // The values are 0 … route_count - 1, so a route can index an array (proxy/metrics.cpp).
 enum class route {
-    not_found,   // no such route (error == not_found)
-    resource,    // /v1/resources/{key}
-    fence,       // /v1/fences/{lock}
-    fences_list, // /v1/fences?prefix=&limit=&after=
-    operation,   // /v1/operations/{name}
-    floors,      // /v1/floors (PUT ?prefix=, GET)
-    healthz,     // /healthz
-    readyz,      // /readyz
-    metrics,     // /metrics
+    not_found,    // no such route (error == not_found)
+    resource,     // /v1/resources/{key}
+    fence,        // /v1/fences/{lock}
+    fences_list,  // /v1/fences?prefix=&limit=&after=
+    operation,    // /v1/operations/{name}
+    floors,       // /v1/floors (PUT ?prefix=, GET)
+    transactions, // /v1/transactions (POST)
+    healthz,      // /healthz
+    readyz,       // /readyz
+    metrics,      // /metrics
 };
 inline constexpr std::size_t route_count = static_cast<std::size_t>(route::metrics) + 1;
 

@@ -2,9 +2,6 @@
 
 #include "backends/log/logging.hpp"
 
-#include <nlohmann/json.hpp>
-
-#include <set>
 #include <utility>
 
 namespace fk::proxy::detail {
@@ -19,9 +16,14 @@ std::string count_of(std::size_t n) {
     return std::to_string(n) + (n == 1 ? " parameter" : " parameters");
 }
 
-// SAX events → parameters. Depth 1 is the body's object, 2 the params array; a parameter
-// that is an array or object (depth 3 and deeper) is written out as compact JSON while
-// it is parsed. Returning false stops the parser at once; `error` says why.
+std::string excerpt(std::string_view s) {
+    constexpr std::size_t max = 64;
+    return s.size() <= max ? std::string{s} : std::string{s.substr(0, max)} + "...";
+}
+
+// SAX events → parameters. Depth 1 is the body's object, 2 the params array; each
+// element of the array is handed to a param_value from its first event to its last.
+// Returning false stops the parser at once; `error` says why.
 class params_handler {
 public:
     params_handler(std::optional<std::size_t> takes, std::string_view name)
@@ -39,28 +41,62 @@ public:
         return true;
     }
 
-    bool null() { return scalar(std::nullopt); }
-    bool boolean(bool v) { return scalar(std::string{v ? "true" : "false"}); }
-    // nlohmann reads "-0" as the only signed zero: every other integer has exactly one
-    // JSON spelling, which its value gives back.
-    bool number_integer(json::number_integer_t v) {
-        return scalar(v == 0 ? std::string{"-0"} : std::to_string(v));
+    bool null() {
+        return value([&] { return param_.null(); });
     }
-    bool number_unsigned(json::number_unsigned_t v) { return scalar(std::to_string(v)); }
-    // `text` is the number as written: a value beyond int64/uint64 or a double's
-    // precision arrives intact.
-    bool number_float(json::number_float_t, const std::string& text) { return scalar(text); }
+    bool boolean(bool v) {
+        return value([&] { return param_.boolean(v); });
+    }
+    bool number_integer(json::number_integer_t v) {
+        return value([&] { return param_.number_integer(v); });
+    }
+    bool number_unsigned(json::number_unsigned_t v) {
+        return value([&] { return param_.number_unsigned(v); });
+    }
+    bool number_float(json::number_float_t v, const std::string& text) {
+        return value([&] { return param_.number_float(v, text); });
+    }
     bool string(std::string& v) {
-        if (depth_ == 2 && v.find('\0') != std::string::npos)
-            return fail("a string parameter contains a NUL character");
-        return scalar(std::move(v), true);
+        return value([&] { return param_.string(v); });
     }
     bool binary(json::binary_t&) { return fail(std::string{shape}); }
 
-    bool start_object(std::size_t) { return open(true); }
-    bool start_array(std::size_t) { return open(false); }
-    bool end_object() { return close('}'); }
-    bool end_array() { return close(']'); }
+    bool start_object(std::size_t) {
+        if (depth_ == 0) {
+            depth_ = 1;
+            return true;
+        }
+        if (depth_ == 1)
+            return fail(std::string{shape});
+        return value([&] { return param_.start_object(); });
+    }
+    bool start_array(std::size_t) {
+        if (depth_ == 0)
+            return fail(std::string{shape});
+        if (depth_ == 1) {
+            // The value of "params".
+            if (in_params_)
+                return fail(std::string{shape});
+            in_params_ = true;
+            depth_ = 2;
+            return true;
+        }
+        return value([&] { return param_.start_array(); });
+    }
+    bool end_object() {
+        if (depth_ == 1) {
+            depth_ = 0;
+            return true;
+        }
+        return value([&] { return param_.end_object(); });
+    }
+    bool end_array() {
+        if (depth_ == 2 && !in_value_) {
+            depth_ = 1;
+            return true;
+        }
+        return value([&] { return param_.end_array(); });
+    }
 
     bool key(std::string& k) {
         if (depth_ == 1) {
@@ -71,16 +107,7 @@ public:
             params_seen_ = true;
             return true;
         }
-        auto& f = frames_.back();
-        if (!f.keys.insert(k).second)
-            return fail("duplicate key '" + excerpt(k) + "' in parameter " +
-                        std::to_string(values.size() + 1));
-        if (!f.first)
-            text_ += ',';
-        f.first = false;
-        logging::append_json_string(text_, k);
-        text_ += ':';
-        return true;
+        return value([&] { return param_.key(k); });
     }
 
     bool parse_error(std::size_t position, const std::string&,
@@ -97,98 +124,33 @@ public:
     }
 
 private:
-    struct frame {
-        bool is_object = false;
-        bool first = true;
-        std::set<std::string> keys; // objects only
-    };
-
     bool fail(std::string message) {
         if (error.empty())
             error = std::move(message);
         return false;
     }
 
-    static std::string excerpt(std::string_view s) {
-        constexpr std::size_t max = 64;
-        return s.size() <= max ? std::string{s} : std::string{s.substr(0, max)} + "...";
-    }
-
-    // A new parameter is about to start: stop at the first one beyond the limit, before
-    // reading any of it.
-    bool next_param() {
-        if (values.size() < limit_)
-            return true;
-        if (known_)
-            return fail("operation '" + std::string{name_} + "' takes " + count_of(limit_) +
-                        ", got more than " + std::to_string(limit_));
-        return fail("more than " + count_of(limit_) + " (PostgreSQL's limit for a statement)");
-    }
-
-    // Inside a parameter that is an array or object: the separator before a value.
-    void separate() {
-        auto& f = frames_.back();
-        if (!f.is_object) {
-            if (!f.first)
-                text_ += ',';
-            f.first = false;
-        }
-    }
-
-    bool scalar(std::optional<std::string> v, bool is_string = false) {
+    // An event inside the params array: the start of a parameter (stopping at the first
+    // one beyond the limit, before reading any of it) or part of one.
+    template <class Event> bool value(Event event) {
         if (depth_ < 2)
             return fail(std::string{shape});
-        if (depth_ == 2) {
-            if (!next_param())
-                return false;
-            values.push_back(std::move(v));
-            return true;
-        }
-        separate();
-        if (!v)
-            text_ += "null";
-        else if (is_string)
-            logging::append_json_string(text_, *v);
-        else
-            text_ += *v;
-        return true;
-    }
-
-    bool open(bool is_object) {
-        if (depth_ + 1 > max_params_depth)
-            return fail("JSON nested deeper than " + std::to_string(max_params_depth) + " levels");
-        if (depth_ == 0) {
-            if (!is_object)
-                return fail(std::string{shape});
-        } else if (depth_ == 1) {
-            // The value of "params".
-            if (is_object || in_params_)
-                return fail(std::string{shape});
-            in_params_ = true;
-        } else {
-            if (depth_ == 2) {
-                if (!next_param())
-                    return false;
-                text_.clear();
-            } else {
-                separate();
+        if (!in_value_) {
+            if (values.size() >= limit_) {
+                if (known_)
+                    return fail("operation '" + std::string{name_} + "' takes " + count_of(limit_) +
+                                ", got more than " + std::to_string(limit_));
+                return fail("more than " + count_of(limit_) +
+                            " (PostgreSQL's limit for a statement)");
             }
-            text_ += is_object ? '{' : '[';
-            frames_.push_back(frame{is_object, true, {}});
+            param_.begin(values.size() + 1);
+            in_value_ = true;
         }
-        ++depth_;
-        return true;
-    }
-
-    bool close(char c) {
-        --depth_;
-        if (depth_ < 2)
-            return true;
-        text_ += c;
-        frames_.pop_back();
-        if (depth_ == 2) {
-            values.emplace_back(std::move(text_));
-            text_.clear();
+        if (!event())
+            return fail(std::move(param_.error));
+        if (param_.done()) {
+            values.push_back(param_.take());
+            in_value_ = false;
         }
         return true;
     }
@@ -196,14 +158,101 @@ private:
     std::size_t limit_;
     bool known_;
     std::string_view name_;
-    std::size_t depth_ = 0;
+    std::size_t depth_ = 0;    // 0 outside, 1 the body's object, 2 the params array
     bool params_seen_ = false; // the key "params" was read
     bool in_params_ = false;   // its array was opened
-    std::string text_;         // the array or object parameter being read
-    std::vector<frame> frames_;
+    bool in_value_ = false;    // a parameter has started and not ended
+    param_value param_{2};
 };
 
 } // namespace
+
+void param_value::begin(std::size_t number) {
+    number_ = number;
+    done_ = false;
+    value_.reset();
+    text_.clear();
+    frames_.clear();
+    error.clear();
+}
+
+std::optional<std::string> param_value::take() {
+    done_ = false;
+    return std::move(value_);
+}
+
+bool param_value::fail(std::string message) {
+    if (error.empty())
+        error = std::move(message);
+    return false;
+}
+
+bool param_value::string(std::string& v) {
+    if (frames_.empty() && v.find('\0') != std::string::npos)
+        return fail("a string parameter contains a NUL character");
+    return scalar(std::move(v), true);
+}
+
+bool param_value::key(std::string& k) {
+    if (frames_.empty() || !frames_.back().is_object)
+        return fail("a key outside an object"); // never sent by the SAX parser
+    auto& f = frames_.back();
+    if (!f.keys.insert(k).second)
+        return fail("duplicate key '" + excerpt(k) + "' in parameter " + std::to_string(number_));
+    if (!f.first)
+        text_ += ',';
+    f.first = false;
+    logging::append_json_string(text_, k);
+    text_ += ':';
+    return true;
+}
+
+// Inside an array or object parameter: the separator before a value.
+void param_value::separate() {
+    auto& f = frames_.back();
+    if (!f.is_object) {
+        if (!f.first)
+            text_ += ',';
+        f.first = false;
+    }
+}
+
+bool param_value::scalar(std::optional<std::string> v, bool is_string) {
+    if (frames_.empty()) {
+        value_ = std::move(v);
+        done_ = true;
+        return true;
+    }
+    separate();
+    if (!v)
+        text_ += "null";
+    else if (is_string)
+        logging::append_json_string(text_, *v);
+    else
+        text_ += *v;
+    return true;
+}
+
+bool param_value::open(bool is_object) {
+    if (base_depth_ + frames_.size() + 1 > max_params_depth)
+        return fail("JSON nested deeper than " + std::to_string(max_params_depth) + " levels");
+    if (!frames_.empty())
+        separate();
+    text_ += is_object ? '{' : '[';
+    frames_.push_back(frame{is_object, true, {}});
+    return true;
+}
+
+bool param_value::close(char c) {
+    text_ += c;
+    frames_.pop_back();
+    if (frames_.empty()) {
+        value_ = std::move(text_);
+        text_.clear();
+        done_ = true;
+    }
+    return true;
+}
 
 operation_params parse_operation_params(std::string_view body, std::optional<std::size_t> takes,
                                         std::string_view name) {

@@ -3,10 +3,14 @@
 // parameters. Pure and thread-agnostic. One pass of nlohmann's SAX parser and no JSON
 // tree: parsing stops at the first parameter beyond the statement's count, so the time
 // and memory a body costs are bounded by the body and that count, never by what the
-// client sends after it.
+// client sends after it. The conversion of one parameter (param_value) is shared with
+// the `operation` ops of POST /v1/transactions (proxy/detail/txn_body.hpp).
+
+#include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,5 +42,64 @@ struct operation_params {
 // `name` is the operation's, for the messages.
 operation_params parse_operation_params(std::string_view body, std::optional<std::size_t> takes,
                                         std::string_view name);
+
+// One parameter, converted as parse_operation_params describes, from the SAX events of
+// its JSON value: begin(), then the value's events (the handler's callbacks of the same
+// names), until done(). A caller feeds it the elements of a params array one at a time.
+// Every callback returns false on a refusal, with `error` saying why.
+class param_value {
+public:
+    using json = nlohmann::json;
+
+    // `base_depth`: the nesting of the array holding the parameter (2 in an operation's
+    // body: its object and "params"); the value may nest up to max_params_depth in all.
+    explicit param_value(std::size_t base_depth) noexcept : base_depth_(base_depth) {}
+
+    // A new parameter starts; `number` (1-based) names it in messages.
+    void begin(std::size_t number);
+    // The value is complete: take() it.
+    bool done() const noexcept { return done_; }
+    std::optional<std::string> take();
+
+    bool null() { return scalar(std::nullopt); }
+    bool boolean(bool v) { return scalar(std::string{v ? "true" : "false"}); }
+    // nlohmann reads "-0" as the only signed zero: every other integer has exactly one
+    // JSON spelling, which its value gives back.
+    bool number_integer(json::number_integer_t v) {
+        return scalar(v == 0 ? std::string{"-0"} : std::to_string(v));
+    }
+    bool number_unsigned(json::number_unsigned_t v) { return scalar(std::to_string(v)); }
+    // `text` is the number as written: a value beyond int64/uint64 or a double's
+    // precision arrives intact.
+    bool number_float(json::number_float_t, const std::string& text) { return scalar(text); }
+    bool string(std::string& v);
+    bool start_object() { return open(true); }
+    bool start_array() { return open(false); }
+    bool end_object() { return close('}'); }
+    bool end_array() { return close(']'); }
+    bool key(std::string& k);
+
+    std::string error;
+
+private:
+    struct frame {
+        bool is_object = false;
+        bool first = true;
+        std::set<std::string> keys; // objects only
+    };
+
+    bool fail(std::string message);
+    void separate();
+    bool scalar(std::optional<std::string> v, bool is_string = false);
+    bool open(bool is_object);
+    bool close(char c);
+
+    std::size_t base_depth_;
+    std::size_t number_ = 0;
+    bool done_ = false;
+    std::optional<std::string> value_;
+    std::string text_; // the array or object parameter being read
+    std::vector<frame> frames_;
+};
 
 } // namespace fk::proxy::detail

@@ -123,16 +123,10 @@ token_t memory_store::advance_locked(const std::string& lock, token_t token) {
     return it->second.token;
 }
 
-fk::store::write_result memory_store::write_locked(const std::string& key, const std::string& lock,
-                                                   token_t token, const fence::preconditions& pre,
-                                                   bool is_delete, std::string content_type,
-                                                   std::string body) {
+fk::store::write_result memory_store::check_write_locked(const std::string& key,
+                                                         const std::string& lock, token_t token,
+                                                         const fence::preconditions& pre) const {
     fk::store::write_result r;
-    if (auto e = take_failure()) {
-        r.error = *e;
-        r.message = "injected failure";
-        return r;
-    }
     auto it = keys_.find(key);
     fence::key_state state;
     if (it != keys_.end()) {
@@ -143,8 +137,6 @@ fk::store::write_result memory_store::write_locked(const std::string& key, const
     const auto fence = effective_locked(lock);
     r.error = fence::check_write(state, lock, fence.token, token, pre);
     switch (r.error) {
-    case errc::ok:
-        break;
     case errc::lock_mismatch:
         r.lock = it->second.lock;
         return r;
@@ -153,7 +145,23 @@ fk::store::write_result memory_store::write_locked(const std::string& key, const
     default:
         return r;
     }
+}
 
+fk::store::write_result memory_store::write_locked(const std::string& key, const std::string& lock,
+                                                   token_t token, const fence::preconditions& pre,
+                                                   bool is_delete, std::string content_type,
+                                                   std::string body) {
+    fk::store::write_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        return r;
+    }
+    r = check_write_locked(key, lock, token, pre);
+    if (r.error != errc::ok)
+        return r;
+
+    auto it = keys_.find(key);
     if (it == keys_.end())
         it = keys_.try_emplace(key).first;
     key_entry& k = it->second;
@@ -410,6 +418,142 @@ net::awaitable<fk::store::floors_result> memory_store::list_floors() {
     }
     for (auto& f : floors_.list())
         r.floors.push_back({std::move(f.prefix), f.token, f.updated_at_ms});
+    co_return r;
+}
+
+net::awaitable<fk::store::txn_result> memory_store::transact(fk::store::txn_request req) {
+    using kind = fk::store::txn_op::kind;
+    std::lock_guard lock{mu_};
+    fk::store::txn_result r;
+    if (auto e = take_failure()) {
+        r.error = *e;
+        r.message = "injected failure";
+        co_return r;
+    }
+    bool reused = false;
+    if (auto* rec = idem_find(req.idem, reused)) {
+        if (reused) {
+            r.error = errc::idempotency_key_reused;
+            co_return r;
+        }
+        r.replayed = true;
+        r.results_json = rec->txn_results;
+        co_return r;
+    }
+    auto refuse = [&](std::size_t i, errc e) {
+        r.error = e;
+        r.op_index = i;
+        return r;
+    };
+
+    // 1. Every op's checks, in op order, against the state before the transaction.
+    const auto& ops = req.ops;
+    std::vector<fk::store::txn_op_result> results(ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const auto& op = ops[i];
+        switch (op.op) {
+        case kind::put:
+        case kind::remove: {
+            auto w = check_write_locked(op.key, op.lock, op.token, op.pre);
+            if (w.error != errc::ok) {
+                refuse(i, w.error);
+                r.current_token = w.current_token;
+                r.floor = w.floor;
+                r.lock = w.lock;
+                co_return r;
+            }
+            break;
+        }
+        case kind::fence:
+        case kind::check:
+        case kind::operation: {
+            if (op.op == kind::operation && !operations_.contains(op.name)) {
+                refuse(i, errc::invalid_request);
+                r.message = operations_.empty() ? "operation ops run on the Postgres store only"
+                                                : "no operation '" + op.name + "'";
+                co_return r;
+            }
+            const auto fence = effective_locked(op.lock);
+            if (!fence::accepts(fence.token, op.token)) {
+                auto stale = stale_result<fk::store::txn_result>(fence);
+                stale.op_index = i;
+                co_return stale;
+            }
+            if (op.op == kind::check)
+                results[i].token = fence.token.value_or(0);
+            break;
+        }
+        case kind::check_version: {
+            auto it = keys_.find(op.key);
+            const std::int64_t found =
+                it != keys_.end() && it->second.exists ? it->second.version : 0;
+            if (op.version ? found != *op.version : found != 0)
+                co_return refuse(i, errc::precondition_failed);
+            results[i].version = found;
+            break;
+        }
+        }
+    }
+
+    // 2. The operations, in op order, once every other check has passed.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const auto& op = ops[i];
+        if (op.op != kind::operation)
+            continue;
+        fk::store::operation_request o;
+        o.name = op.name;
+        o.lock = op.lock;
+        o.token = op.token;
+        o.params = op.params;
+        auto out = operations_.at(op.name)(o);
+        if (out.error != errc::ok) {
+            refuse(i, out.error);
+            r.sqlstate = out.sqlstate;
+            r.message = out.message;
+            r.server_message = out.server_message;
+            co_return r;
+        }
+        results[i].rows_affected = out.rows_affected;
+        results[i].rows_json = std::move(out.rows_json);
+    }
+
+    // 3. Apply: nothing can fail from here on.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const auto& op = ops[i];
+        if (op.op != kind::put && op.op != kind::remove)
+            continue;
+        key_entry& k = keys_[op.key];
+        if (op.op == kind::remove) {
+            k.exists = false;
+            k.body.clear();
+            k.content_type.clear();
+            results[i].version = k.version;
+            continue;
+        }
+        results[i].created = !k.exists;
+        k.exists = true;
+        k.lock = op.lock;
+        k.version += 1;
+        k.token = op.token;
+        k.content_type = op.content_type;
+        k.body = op.body;
+        results[i].version = k.version;
+    }
+    for (const auto& op : ops)
+        if (op.op == kind::put || op.op == kind::remove || op.op == kind::fence ||
+            op.op == kind::operation)
+            advance_locked(op.lock, op.token);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].op != kind::check && ops[i].op != kind::check_version)
+            results[i].token = fence_locked(ops[i].lock).value_or(0);
+
+    r.results_json = fk::store::render_txn_results(ops, results);
+    if (req.idem) {
+        idem_record rec;
+        rec.fingerprint = req.idem->fingerprint;
+        rec.txn_results = r.results_json;
+        idem_[idem_id(*req.idem)] = std::move(rec);
+    }
     co_return r;
 }
 

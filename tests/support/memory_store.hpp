@@ -37,13 +37,12 @@ public:
     net::awaitable<fk::store::write_result> raise_floor(fk::store::floor_request req) override;
     net::awaitable<fk::store::floors_result> list_floors() override;
 
-    // TXN-TODO: replaced by the real implementation before this lands.
-    net::awaitable<fk::store::txn_result> transact(fk::store::txn_request) override {
-        fk::store::txn_result r;
-        r.error = fk::errc::internal;
-        r.message = "transactions are not built yet";
-        co_return r;
-    }
+    // All or nothing under the one mutex: every op is decided against the state before
+    // the transaction (a key is named once and a lock carries one token, so an earlier op
+    // never changes a later op's verdict), then the operations run in op order (an
+    // operation_fn's error refuses the whole transaction), then everything applies.
+    // check's result token is the effective fence before the transaction.
+    net::awaitable<fk::store::txn_result> transact(fk::store::txn_request req) override;
     bool supports_operations() const noexcept override { return !operations_.empty(); }
     net::awaitable<fk::store::operation_result>
     run_operation(fk::store::operation_request req) override;
@@ -96,6 +95,11 @@ private:
                                          fk::store::token_t token, const fence::preconditions& pre,
                                          bool is_delete, std::string content_type,
                                          std::string body);
+    // write_locked's checks alone (no failure injection, nothing changed): ok, or the
+    // refusal with its details.
+    fk::store::write_result check_write_locked(const std::string& key, const std::string& lock,
+                                               fk::store::token_t token,
+                                               const fence::preconditions& pre) const;
 
     mutable std::mutex mu_;
     std::map<std::string, key_entry> keys_;     // std::map<std::string>: bytewise order
@@ -109,6 +113,7 @@ private:
         std::string fingerprint;
         fk::store::write_result write;
         fk::store::operation_result operation;
+        std::string txn_results; // a transaction's results_json
     };
     std::map<std::string, idem_record> idem_;
     // Called with mu_ held: the record answering `idem`, if there is one (a reused key

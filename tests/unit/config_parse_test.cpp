@@ -255,7 +255,9 @@ TEST_CASE("apply_json: every key") {
             "idle_timeout_ms": 2,
             "body_timeout_ms": 3,
             "write_timeout_ms": 3600000,
-            "max_connections": 5
+            "max_connections": 5,
+            "max_txn_ops": 7,
+            "max_txn_op_body_bytes": 0
         },
         "postgres": {
             "schema": "fk_1",
@@ -287,6 +289,8 @@ TEST_CASE("apply_json: every key") {
     CHECK(s.http.body_timeout == 3ms);
     CHECK(s.http.write_timeout == 3600s);
     CHECK(s.http.max_connections == 5);
+    CHECK(s.http.max_txn_ops == 7);
+    CHECK(s.http.max_txn_op_body_bytes == 0);
     CHECK(s.postgres.schema == "fk_1");
     CHECK(s.postgres.pool_size == 0);
     CHECK(s.postgres.queue_limit == 0);
@@ -308,6 +312,8 @@ TEST_CASE("apply_json: an empty object and partial sections keep the defaults") 
     const auto s = json_ok("{}");
     CHECK(s.listen_port == defaults.listen_port);
     CHECK(s.http.max_body_bytes == defaults.http.max_body_bytes);
+    CHECK(s.http.max_txn_ops == 100);
+    CHECK(s.http.max_txn_op_body_bytes == 1024 * 1024);
     const auto p = json_ok(R"({"limits": {}, "postgres": {}, "operations": {}})");
     CHECK(p.http.idle_timeout == defaults.http.idle_timeout);
     CHECK(p.postgres.schema == "fencekeeper");
@@ -363,6 +369,8 @@ TEST_CASE("apply_json: ranges") {
         {"body_timeout_ms", "limits", 1, 3600000},
         {"write_timeout_ms", "limits", 1, 3600000},
         {"max_connections", "limits", 1, 1000000},
+        {"max_txn_ops", "limits", 1, 10000},
+        {"max_txn_op_body_bytes", "limits", 0, 1073741824},
         {"pool_size", "postgres", 0, 1024},
         {"queue_limit", "postgres", 0, 1000000},
         {"connect_timeout_ms", "postgres", 1, 3600000},

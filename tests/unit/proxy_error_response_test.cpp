@@ -200,3 +200,23 @@ TEST_CASE("stale_token_response: the bytes make_error_response writes, with and 
             CHECK(got.body() == want.body());
         }
 }
+
+TEST_CASE("add_error_field: one more member, the body's form kept") {
+    using fk::proxy::add_error_field;
+    auto res = fk::proxy::stale_token_response("L", 3, 7);
+    const auto before = nlohmann::json::parse(res.body());
+    add_error_field(res, "op_index", 2);
+    auto after = nlohmann::json::parse(res.body());
+    CHECK(after["op_index"] == 2);
+    after.erase("op_index");
+    CHECK(after == before);
+    // Sorted members, as make_error_response writes them.
+    CHECK(res.body() == fk::proxy::dump_json(nlohmann::json::parse(res.body())));
+    CHECK(res.result_int() == 409);
+
+    auto e = fk::proxy::make_error_response(fk::errc::invalid_request, "bad");
+    add_error_field(e, "error", "x");
+    add_error_field(e, "message", "y");
+    CHECK(nlohmann::json::parse(e.body())["error"] == "invalid_request");
+    CHECK(nlohmann::json::parse(e.body())["message"] == "bad");
+}

@@ -164,13 +164,13 @@ TEST_CASE("a fresh registry exports every family with zeroes and parses") {
     for (const char* k : {"unavailable", "outcome_unknown", "internal"}) {
         CHECK(e.value("fencekeeper_store_errors_total", {{"kind", k}}) == 0);
     }
-    for (const char* r : {"resource", "fence", "fences_list", "operation", "floors", "healthz",
-                          "readyz", "metrics", "not_found"}) {
+    for (const char* r : {"resource", "fence", "fences_list", "operation", "floors", "transactions",
+                          "healthz", "readyz", "metrics", "not_found"}) {
         CHECK(e.value(std::string(req_dur) + "_count", {{"route", r}}) == 0);
-        CHECK(e.count(std::string(req_dur) + "_bucket") == 9 * 15);
+        CHECK(e.count(std::string(req_dur) + "_bucket") == 10 * 15);
     }
     for (const char* op : {"put", "delete", "get", "fence_advance", "fence_read", "fence_list",
-                           "operation", "floor_raise", "floor_list"}) {
+                           "operation", "floor_raise", "floor_list", "transaction"}) {
         CHECK(e.value(std::string(store_dur) + "_count", {{"op", op}}) == 0);
     }
     CHECK(e.count("fencekeeper_stale_token_gap_bucket") == 9);

@@ -42,6 +42,13 @@ TEST_CASE("routes: every path and method") {
         {verb::post, "/v1/operations/op", route::operation, errc::ok},
         {verb::get, "/v1/operations/op", route::operation, errc::method_not_allowed},
         {verb::put, "/v1/operations/op", route::operation, errc::method_not_allowed},
+        {verb::post, "/v1/transactions", route::transactions, errc::ok},
+        {verb::post, "/v1/transactions?x=1", route::transactions, errc::ok},
+        {verb::get, "/v1/transactions", route::transactions, errc::method_not_allowed},
+        {verb::put, "/v1/transactions", route::transactions, errc::method_not_allowed},
+        {verb::delete_, "/v1/transactions", route::transactions, errc::method_not_allowed},
+        {verb::post, "/v1/transactions/", route::not_found, errc::not_found},
+        {verb::post, "/v1/transactions/x", route::not_found, errc::not_found},
         {verb::get, "/healthz", route::healthz, errc::ok},
         {verb::head, "/healthz", route::healthz, errc::ok},
         {verb::post, "/healthz", route::healthz, errc::method_not_allowed},
@@ -75,6 +82,7 @@ TEST_CASE("routes: 405 carries the route's Allow list") {
     CHECK(match_route(verb::post, "/v1/fences").allow == "GET, HEAD");
     CHECK(match_route(verb::post, "/v1/floors").allow == "GET, HEAD, PUT");
     CHECK(match_route(verb::get, "/v1/operations/x").allow == "POST");
+    CHECK(match_route(verb::get, "/v1/transactions").allow == "POST");
     CHECK(match_route(verb::post, "/healthz").allow == "GET, HEAD");
     CHECK(match_route(verb::post, "/readyz").allow == "GET, HEAD");
     CHECK(match_route(verb::get, "/nope").allow.empty());
@@ -200,5 +208,6 @@ TEST_CASE("routes: names for logs") {
     CHECK(to_string(route::resource) == "resource");
     CHECK(to_string(route::fences_list) == "fences_list");
     CHECK(to_string(route::floors) == "floors");
+    CHECK(to_string(route::transactions) == "transactions");
     CHECK(to_string(route::not_found) == "not_found");
 }
