@@ -11,7 +11,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <barrier>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -563,6 +566,119 @@ TEST_CASE("postgres txn: concurrent transactions in opposite orders, and single 
     const auto versions = t.fx.admin.exec("SELECT sum(version) FROM " + t.fx.table("resources") +
                                           " WHERE key LIKE 'k%'");
     CHECK(versions == std::to_string(workers * rounds * keys.size() + rounds));
+}
+
+TEST_CASE("postgres txn: random transactions that create and delete overlapping keys all commit") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    options o;
+    o.pool_size = 8;
+    live t(*url, o);
+    constexpr int workers = 6, rounds = 60, nkeys = 8;
+    std::mutex mutex;
+    std::vector<std::string> errors;
+    std::atomic<long> puts{0};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w)
+        threads.emplace_back([&, w] {
+            std::mt19937 rng(static_cast<unsigned>(w) * 7919u + 1u);
+            for (int i = 0; i < rounds; ++i) {
+                std::vector<int> ks(nkeys);
+                std::iota(ks.begin(), ks.end(), 0);
+                std::shuffle(ks.begin(), ks.end(), rng);
+                std::vector<txn_op> ops;
+                long n = 0;
+                const auto count = 2 + rng() % 4;
+                for (std::size_t j = 0; j < count; ++j) {
+                    const auto k = "k" + std::to_string(ks[j]);
+                    if (rng() % 3 == 0) {
+                        ops.push_back(del(k, 1));
+                    } else {
+                        ops.push_back(put(k, 1, std::to_string(w)));
+                        ++n;
+                    }
+                }
+                ops.push_back(fence_op("s" + std::to_string(rng() % 3), 1));
+                ops.push_back(check_op("c" + std::to_string(rng() % 2), 1));
+                std::shuffle(ops.begin(), ops.end(), rng);
+                auto r = t.run(txn(std::move(ops)));
+                if (r.error == errc::ok) {
+                    puts += n;
+                } else {
+                    const std::lock_guard l(mutex);
+                    errors.push_back(std::string(fk::to_string(r.error)) + ": " + r.message);
+                }
+            }
+        });
+    REQUIRE(t.fence1("c0", 1).error == errc::ok);
+    for (auto& th : threads)
+        th.join();
+    for (const auto& e : errors)
+        MESSAGE(e);
+    CHECK(errors.empty());
+    // A put adds one to its key's version, a delete keeps it: the versions count every
+    // committed put, once.
+    CHECK(t.fx.admin.exec("SELECT coalesce(sum(version), 0) FROM " + t.fx.table("resources")) ==
+          std::to_string(puts.load()));
+}
+
+TEST_CASE("postgres txn: transactions racing to create the same keys are re-run, not failed") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    options o;
+    o.pool_size = 8;
+    live t(*url, o);
+    constexpr int workers = 6, rounds = 25;
+    std::barrier start(workers);
+    std::mutex mutex;
+    std::vector<std::string> errors;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w)
+        threads.emplace_back([&, w] {
+            for (int i = 0; i < rounds; ++i) {
+                const auto a = "new" + std::to_string(i) + "a", b = "new" + std::to_string(i) + "b";
+                std::vector<txn_op> ops{put(a, 1), put(b, 1)};
+                if (w % 2)
+                    std::swap(ops[0], ops[1]);
+                start.arrive_and_wait();
+                auto r = t.run(txn(std::move(ops)));
+                if (r.error != errc::ok) {
+                    const std::lock_guard l(mutex);
+                    errors.push_back(std::string(fk::to_string(r.error)) + ": " + r.message);
+                }
+            }
+        });
+    for (auto& th : threads)
+        th.join();
+    for (const auto& e : errors)
+        MESSAGE(e);
+    CHECK(errors.empty());
+    CHECK(t.fx.admin.exec("SELECT sum(version) FROM " + t.fx.table("resources")) ==
+          std::to_string(workers * rounds * 2));
+}
+
+TEST_CASE("postgres txn: the backend killed before COMMIT is 503, and nothing is applied") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    options o;
+    o.operations["slow"] = fk::config::operation{"SELECT 1 AS one FROM pg_sleep(0.8)", false};
+    live t(*url, o);
+    const auto before = t.state();
+    auto f = t.st->spawn(
+        (*t.st)->transact(txn({put("kk", 1, "x"), fence_op("L", 3), operation("slow", "L", 3)})));
+    std::this_thread::sleep_for(300ms);
+    CHECK(t.fx.admin.exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                          "WHERE query LIKE '%pg_sleep(0.8)%' AND pid <> pg_backend_pid()") == "1");
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    auto r = f.get();
+    INFO(r.message);
+    CHECK(r.error == errc::unavailable);
+    CHECK(t.state() == before);
+    // The store goes on with a new connection.
+    check_ok(t.run(txn({put("kk", 1, "x")})));
 }
 
 } // namespace
