@@ -201,9 +201,7 @@ public:
             // Before anything else, and again after a re-run (a record under the key may
             // have committed meanwhile: it answers then).
             if (req.idem) {
-                const auto params = pg::sql::idem_get_params(*req.idem, retention_);
-                auto o = co_await pool_->run(pg::sql::name::idem_get, params, true);
-                auto l = pg::map_idem_get(o);
+                auto l = co_await txn_record(*req.idem);
                 if (l.error != errc::ok)
                     co_return pg::failure<txn_result>(l.error, std::move(l.message));
                 if (l.record)
@@ -220,6 +218,15 @@ public:
             if (t.rerun)
                 continue;
             observe_txn(req.ops, t);
+            // A keyed transaction refused because a request under the same key committed
+            // meanwhile (its operation inserted the same row first, say: the refusal comes
+            // before our record's claim would have raised FKR01) is answered from that
+            // record, as a claim that lost the race is.
+            if (req.idem && t.result.error != errc::ok && t.result.error != errc::outcome_unknown) {
+                auto l = co_await txn_record(*req.idem);
+                if (l.error == errc::ok && l.record)
+                    co_return pg::replay_txn(*l.record, req.idem->fingerprint);
+            }
             co_return std::move(t.result);
         }
         co_return unavailable<txn_result>(
@@ -399,6 +406,13 @@ private:
         }
         co_return unavailable<operation_result>(
             "concurrent requests kept racing for the Idempotency-Key; nothing was applied");
+    }
+
+    // The unexpired record under `idem`, if any: a plain read on a pooled connection.
+    net::awaitable<pg::idem_lookup> txn_record(const idempotency& idem) {
+        const auto params = pg::sql::idem_get_params(idem, retention_);
+        auto o = co_await pool_->run(pg::sql::name::idem_get, params, true);
+        co_return pg::map_idem_get(o);
     }
 
     // After a transaction's answer, as single writes do: its committed fences and key

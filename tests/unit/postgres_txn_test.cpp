@@ -659,6 +659,45 @@ TEST_CASE("postgres txn: transactions racing to create the same keys are re-run,
           std::to_string(workers * rounds * 2));
 }
 
+TEST_CASE("postgres txn: one Idempotency-Key sent concurrently applies once") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    options o;
+    o.pool_size = 8;
+    live t(*url, o);
+    constexpr int senders = 4, rounds = 15;
+    std::barrier start(senders);
+    std::mutex mutex;
+    std::vector<std::string> errors;
+    std::vector<int> fresh(rounds, 0);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < senders; ++w)
+        threads.emplace_back([&] {
+            for (int i = 0; i < rounds; ++i) {
+                const idempotency key{"", "same-" + std::to_string(i), std::string(32, 'a')};
+                start.arrive_and_wait();
+                auto r = t.run(txn({put("x" + std::to_string(i), 1), fence_op("L", 1),
+                                    operation("ledger", "L", 1, {std::to_string(i), "1"})},
+                                   key));
+                const std::lock_guard l(mutex);
+                if (r.error != errc::ok)
+                    errors.push_back(std::string(fk::to_string(r.error)) + ": " + r.message);
+                else if (!r.replayed)
+                    ++fresh[static_cast<std::size_t>(i)];
+            }
+        });
+    for (auto& th : threads)
+        th.join();
+    for (const auto& e : errors)
+        MESSAGE(e);
+    CHECK(errors.empty());
+    for (int f : fresh)
+        CHECK(f == 1);
+    CHECK(t.fx.admin.exec("SELECT count(*) FROM " + t.fx.table("ledger")) ==
+          std::to_string(rounds));
+}
+
 TEST_CASE("postgres txn: the backend killed before COMMIT is 503, and nothing is applied") {
     auto url = pg_url();
     if (!url)
