@@ -66,11 +66,13 @@ public:
                                                                  const operation_request& req,
                                                                  std::chrono::seconds retention);
 
-private:
-    // Prepares `op` on `c` if needed and checks the parameter count: an answer when the
-    // call cannot go ahead.
+    // On `c`'s strand, outside any transaction: prepares `op` on `c` if needed and checks
+    // the parameter count: an answer when the call cannot go ahead (also used by a
+    // transaction for each of its operation ops, before its BEGIN).
     net::awaitable<std::optional<operation_result>> ready_on(detail::connection& c, const entry& op,
                                                              std::size_t nparams);
+
+private:
     // Ends the transaction a keyed operation left open (after an error): the connection
     // is reusable only once it is idle again (detail::connection::reusable).
     net::awaitable<void> roll_back(detail::connection& c);

@@ -17,6 +17,7 @@
 #include "backends/postgres/round_trip.hpp"
 #include "backends/postgres/schema.hpp"
 #include "backends/postgres/sql.hpp"
+#include "backends/postgres/transactions.hpp"
 #include "backends/postgres/write_batcher.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -178,12 +179,59 @@ public:
         co_return pg::map_list(o, req.limit);
     }
 
-    // TXN-TODO: replaced by the real implementation before this lands.
-    net::awaitable<txn_result> transact(txn_request) override {
-        txn_result r;
-        r.error = errc::internal;
-        r.message = "transactions are not built yet";
-        co_return r;
+    // One explicit database transaction on a pooled connection (transactions.hpp), not a
+    // row of a group-commit batch: a transaction decides many ops together, may run
+    // operations' statements, and is refused as a whole (docs/postgres.md,
+    // "Transactions"). The fence cache refuses nothing here: the first failing op in op
+    // order decides, and the cache cannot know the ops before it.
+    net::awaitable<txn_result> transact(txn_request req) override {
+        std::vector<const pg::operations::entry*> entries(req.ops.size(), nullptr);
+        for (std::size_t i = 0; i < req.ops.size(); ++i) {
+            if (req.ops[i].op != txn_op::kind::operation)
+                continue;
+            entries[i] = ops_->find(req.ops[i].name);
+            if (!entries[i]) {
+                auto r = pg::failure<txn_result>(errc::invalid_request,
+                                                 "no operation '" + req.ops[i].name + "'");
+                r.op_index = i;
+                co_return r;
+            }
+        }
+        for (int attempt = 1; attempt <= pg::max_write_attempts; ++attempt) {
+            // Before anything else, and again after a re-run (a record under the key may
+            // have committed meanwhile: it answers then).
+            if (req.idem) {
+                auto l = co_await txn_record(*req.idem);
+                if (l.error != errc::ok)
+                    co_return pg::failure<txn_result>(l.error, std::move(l.message));
+                if (l.record)
+                    co_return pg::replay_txn(*l.record, req.idem->fingerprint);
+            }
+            auto a = co_await pool_->acquire();
+            if (!a.conn)
+                co_return unavailable<txn_result>("database unavailable: " + a.why);
+            auto t = co_await net::co_spawn(
+                a.conn->strand(),
+                pg::run_txn_on(*a.conn, *ops_, entries, req, retention_, pool_->query_timeout()),
+                net::use_awaitable);
+            pool_->release(a.conn);
+            if (t.rerun)
+                continue;
+            observe_txn(req.ops, t);
+            // A keyed transaction refused because a request under the same key committed
+            // meanwhile (its operation inserted the same row first, say: the refusal comes
+            // before our record's claim would have raised FKR01) is answered from that
+            // record, as a claim that lost the race is.
+            if (req.idem && t.result.error != errc::ok && t.result.error != errc::outcome_unknown) {
+                auto l = co_await txn_record(*req.idem);
+                if (l.error == errc::ok && l.record)
+                    co_return pg::replay_txn(*l.record, req.idem->fingerprint);
+            }
+            co_return std::move(t.result);
+        }
+        co_return unavailable<txn_result>(
+            "concurrent transactions or writes kept racing for the same keys, locks or "
+            "Idempotency-Key; nothing was applied");
     }
     bool supports_operations() const noexcept override { return true; }
 
@@ -358,6 +406,49 @@ private:
         }
         co_return unavailable<operation_result>(
             "concurrent requests kept racing for the Idempotency-Key; nothing was applied");
+    }
+
+    // The unexpired record under `idem`, if any: a plain read on a pooled connection.
+    net::awaitable<pg::idem_lookup> txn_record(const idempotency& idem) {
+        const auto params = pg::sql::idem_get_params(idem, retention_);
+        auto o = co_await pool_->run(pg::sql::name::idem_get, params, true);
+        co_return pg::map_idem_get(o);
+    }
+
+    // After a transaction's answer, as single writes do: its committed fences and key
+    // bindings, or what refused it.
+    void observe_txn(const std::vector<txn_op>& ops, const pg::txn_attempt& t) {
+        const auto& r = t.result;
+        if (r.error == errc::ok) {
+            for (std::size_t i = 0; i < ops.size() && i < t.results.size(); ++i) {
+                const auto& op = ops[i];
+                switch (op.op) {
+                case txn_op::kind::put:
+                    cache_.observe_fence(op.lock, t.results[i].token);
+                    cache_.observe_key(op.key, op.lock);
+                    break;
+                case txn_op::kind::remove:
+                    cache_.observe_fence(op.lock, t.results[i].token);
+                    cache_.forget_key(op.key);
+                    break;
+                case txn_op::kind::fence:
+                case txn_op::kind::operation:
+                    cache_.observe_fence(op.lock, t.results[i].token);
+                    break;
+                case txn_op::kind::check:
+                case txn_op::kind::check_version:
+                    break;
+                }
+            }
+            return;
+        }
+        if (!r.op_index || *r.op_index >= ops.size())
+            return;
+        const auto& op = ops[*r.op_index];
+        if (r.error == errc::stale_token)
+            observe_effective(op.lock, r.current_token, r.floor);
+        else if (r.error == errc::lock_mismatch)
+            cache_.observe_key(op.key, r.lock);
     }
 
     void observe_operation(const std::string& lock, token_t token, const operation_result& r) {

@@ -229,12 +229,11 @@ std::optional<write_mapping> map_answered(const result_table& t, std::size_t row
     return m;
 }
 
-// Errors that prove the transaction rolled back and that a re-run may well succeed.
+} // namespace
+
 bool rerun_sqlstate(std::string_view s) noexcept {
     return s == sql::sqlstate_retry || s == "40P01" || s == "40001";
 }
-
-} // namespace
 
 write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
     // Columns: mismatch, pre_failed, key_lock, applied, version, created, seen_fence, raced.
@@ -538,6 +537,27 @@ list_result map_list(const exec_outcome& o, std::size_t limit) {
     return r;
 }
 
+operation_result map_statement_failure(const result_table& r, bool expose_errors) {
+    auto f =
+        transient_sqlstate(r.sqlstate)
+            ? failure<operation_result>(errc::unavailable, "database error " + r.sqlstate + ": " +
+                                                               client_text(r, expose_errors))
+            : failure<operation_result>(
+                  errc::operation_failed,
+                  expose_errors ? r.message : "the statement failed: " + client_text(r, false));
+    f.sqlstate = r.sqlstate;
+    f.server_message = server_text(r);
+    return f;
+}
+
+operation_result map_statement_rows(const result_table& t, token_t token) {
+    operation_result r;
+    r.token = token;
+    r.rows_affected = parse_int(t.cmd_tuples).value_or(0);
+    r.rows_json = rows_to_json(t);
+    return r;
+}
+
 operation_result map_operation(const exec_outcome& o, token_t token, bool expose_errors) {
     // A server error for the fence step or the user's statement aborted the pipeline's
     // implicit transaction: definite, whatever happened to the connection afterwards.
@@ -553,30 +573,14 @@ operation_result map_operation(const exec_outcome& o, token_t token, bool expose
         }
         return server_failure<operation_result>(r);
     }
-    if (o.results.size() >= 2 && o.results[0].ok() && o.results[1].server_error()) {
-        const auto& r = o.results[1];
-        auto f =
-            transient_sqlstate(r.sqlstate)
-                ? failure<operation_result>(errc::unavailable, "database error " + r.sqlstate +
-                                                                   ": " +
-                                                                   client_text(r, expose_errors))
-                : failure<operation_result>(
-                      errc::operation_failed,
-                      expose_errors ? r.message : "the statement failed: " + client_text(r, false));
-        f.sqlstate = r.sqlstate;
-        f.server_message = server_text(r);
-        return f;
-    }
+    if (o.results.size() >= 2 && o.results[0].ok() && o.results[1].server_error())
+        return map_statement_failure(o.results[1], expose_errors);
     if (auto f = transport_failure<operation_result>(o, true))
         return std::move(*f);
     if (o.results.size() < 3 || !o.results[0].ok() || !o.results[1].ok() ||
         o.results[2].st != result_table::status::pipeline_sync)
         return failure<operation_result>(errc::internal, "unexpected operation result");
-    operation_result r;
-    r.token = token;
-    r.rows_affected = parse_int(o.results[1].cmd_tuples).value_or(0);
-    r.rows_json = rows_to_json(o.results[1]);
-    return r;
+    return map_statement_rows(o.results[1], token);
 }
 
 operation_result map_prepare_failure(const result_table& r, std::string_view name,

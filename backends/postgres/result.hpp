@@ -60,6 +60,10 @@ struct exec_outcome {
 // transient (→ unavailable: rolled back, safe to retry); anything else from a user's
 // operation is operation_failed, from our own statements internal.
 bool transient_sqlstate(std::string_view sqlstate) noexcept;
+// Errors that prove the transaction rolled back and that a re-run may well succeed:
+// FKR01 (a create race, or a record committed meanwhile), a deadlock, a serialization
+// failure.
+bool rerun_sqlstate(std::string_view sqlstate) noexcept;
 
 // ---- writes (put, delete, advance_fence) ----
 
@@ -152,6 +156,12 @@ floors_result map_list_floors(const exec_outcome& o);
 // message only with `expose_errors` (the operation's config): it may quote data from any
 // table, constraint or column names.
 operation_result map_operation(const exec_outcome& o, token_t token, bool expose_errors = false);
+// A server error `r` of the user's statement (a lone operation's, or one of a
+// transaction's): operation_failed (422) with its SQLSTATE, or unavailable (503) when
+// transient; server_message as above.
+operation_result map_statement_failure(const result_table& r, bool expose_errors);
+// The user's statement's result `t`, successful: token, rows_affected and rows.
+operation_result map_statement_rows(const result_table& t, token_t token);
 // The user's statement `name` did not prepare (`r` is the error): 422 with its SQLSTATE,
 // or 503 when transient or the connection failed; the server's text as above.
 operation_result map_prepare_failure(const result_table& r, std::string_view name,

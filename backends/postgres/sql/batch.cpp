@@ -36,6 +36,11 @@ namespace fk::store::pg::sql {
 // entry: the same order, and it waits for nothing once it holds the new key (a lone
 // keyed write goes as a batch of one). Within one process it never meets a batch on one
 // key or lock anyway: a key and a lock are never in flight twice (detail/batch_queue.hpp).
+// A transaction (txn_sql, sql/txn.cpp) takes K, F (one upsert over its locks, check-only
+// ones locked without a change) and N in the same orders, then runs its operations'
+// statements (which may lock anything, as a keyed operation's do: a deadlock there is
+// detected and the transaction re-run), then claims its record (I) last. It bypasses
+// the batch queue, so it may meet a batch on one key or lock: on row locks, in this order.
 // (Mixed versions on one database: docs/postgres.md, on the claim statement.)
 //
 // A create race: k found no row for a key, the checks passed on "absent", the fence

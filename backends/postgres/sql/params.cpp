@@ -75,6 +75,50 @@ param_list write_batch_params(const std::vector<batch_item>& items,
     return out;
 }
 
+param_list txn_params(const std::vector<txn_op>& ops) {
+    using kind = txn_op::kind;
+    const std::size_t n = ops.size();
+    array_builder op_kind(oid_text, n), key(oid_text, n), lock(oid_text, n), token(oid_int8, n),
+        body(oid_bytea, n), ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n),
+        none(oid_bool, n), want(oid_int8, n);
+    for (const auto& op : ops) {
+        const bool keyed =
+            op.op == kind::put || op.op == kind::remove || op.op == kind::check_version;
+        const bool write = op.op == kind::put || op.op == kind::remove;
+        op_kind.add(to_string(op.op));
+        if (keyed)
+            key.add(op.key);
+        else
+            key.add_null();
+        if (op.op == kind::check_version)
+            lock.add_null();
+        else
+            lock.add(op.lock);
+        token.add_int8(op.token);
+        if (op.op == kind::put) {
+            body.add(op.body);
+            ctype.add(op.content_type);
+        } else {
+            body.add_null();
+            ctype.add_null();
+        }
+        const fence::preconditions none_pre;
+        const auto& pre = write ? op.pre : none_pre;
+        if_match.add_int8(if_match_value(pre));
+        any.add_bool(pre.if_match_any);
+        none.add_bool(pre.if_none_match_any);
+        if (op.op == kind::check_version && op.version)
+            want.add_int8(*op.version);
+        else
+            want.add_null();
+    }
+    param_list out;
+    out.reserve(10);
+    for (auto* b : {&op_kind, &key, &lock, &token, &body, &ctype, &if_match, &any, &none, &want})
+        out.push_back(param::owned_bytes(std::move(*b).finish()));
+    return out;
+}
+
 param_list idem_get_params(const idempotency& idem, std::chrono::seconds retention) {
     return {param::of(idem.scope), param::of(idem.key),
             param::of(std::to_string(retention.count()))};

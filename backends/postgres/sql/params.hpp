@@ -114,4 +114,9 @@ param_list idem_expire_params(std::chrono::seconds retention, std::size_t limit)
 // unkeyed raise. The fingerprint views `req`, which must outlive the exchange.
 param_list raise_floor_params(const floor_request& req, std::chrono::seconds retention);
 
+// txn_sql's ten arrays, one element per op, in binary format: NULL where an op has no such
+// field (a fence op's key, a check_version's lock). Bodies view `ops`, which must outlive
+// the exchange.
+param_list txn_params(const std::vector<txn_op>& ops);
+
 } // namespace fk::store::pg::sql

@@ -326,6 +326,8 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::floor_lock_fences, floor_lock_fences_sql(schema), 0},
         {name::raise_floor, raise_floor_sql(schema), 6},
         {name::list_floors, list_floors_sql(schema), 0},
+        {name::txn, txn_sql(schema), 10},
+        {name::txn_restore_settings, txn_restore_settings_sql(), 0},
     };
 }
 

@@ -50,6 +50,9 @@ inline constexpr const char* floor_lock_floors = "fk_floor_lock_floors";
 inline constexpr const char* floor_lock_fences = "fk_floor_lock_fences";
 inline constexpr const char* raise_floor = "fk_raise_floor";
 inline constexpr const char* list_floors = "fk_list_floors";
+// Transactions (POST /v1/transactions).
+inline constexpr const char* txn = "fk_txn";
+inline constexpr const char* txn_restore_settings = "fk_txn_restore_settings";
 } // namespace name
 
 // "fk_op_<index>": user operations are named by their position in the sorted config map,
@@ -144,5 +147,20 @@ std::string floor_lock_floors_sql(std::string_view schema);
 std::string floor_lock_fences_sql(std::string_view schema);
 std::string raise_floor_sql(std::string_view schema);
 std::string list_floors_sql(std::string_view schema);
+
+// Transactions (docs/postgres.md, "Transactions"; sql/txn.cpp has the lock-order
+// argument). One explicit transaction on one connection, in pipelines:
+//   [BEGIN, batch_begin_sql, txn_sql, Sync]; when every op passed and there are named
+//   operations, [txn_restore_settings_sql, each operation's statement in op order, Sync];
+//   then [op_record_sql (with an Idempotency-Key: the results as its rows), COMMIT, Sync].
+//   txn_sql($1 kind[] (txn.hpp's to_string), $2 key[], $3 lock[], $4 token[], $5 body[],
+//     $6 content_type[], $7 if_match[] (0 = none), $8 if_match_any[], $9 if_none_match[],
+//     $10 want[] (check_version: the version required, NULL = absent)), one element per
+//     op (an operation op is its fence step): one row per op, in op order: n, mismatch,
+//     key_lock, stale, current_token, floor, pre_failed, token, version, created,
+//     unwritten (raises FKR01 on a create race). Writes data only when every op passed.
+//   txn_restore_settings_sql(): the session's plan settings back, for the operations.
+std::string txn_sql(std::string_view schema);
+std::string txn_restore_settings_sql();
 
 } // namespace fk::store::pg::sql
