@@ -76,6 +76,14 @@ void attach_waiter(pending& item, Handler handler, const net::any_io_executor& f
     item.handler.emplace(std::move(handler));
 }
 
+// attach_waiter for a transaction, whose waiter takes a txn_result.
+template <typename Handler>
+void attach_txn_waiter(pending& t, Handler handler, const net::any_io_executor& fallback) {
+    net::any_io_executor ex = net::get_associated_executor(handler, fallback);
+    t.work = net::prefer(ex, net::execution::outstanding_work.tracked);
+    t.txn->handler.emplace(std::move(handler));
+}
+
 // set_stage_hold_for_tests: puts of held_key wait after writing their body.
 std::atomic<bool> stage_hold_on{false};
 std::mutex stage_hold_mutex;
@@ -270,11 +278,7 @@ void file_store::stage_then_enqueue(std::unique_ptr<pending> item, std::string& 
         r.message = e.what();
     }
     if (r.error != errc::ok) {
-        {
-            std::lock_guard lock(queue_mutex_);
-            staging_.fetch_sub(1);
-        }
-        queue_cv_.notify_one();
+        staging_done();
         item->result = std::move(r);
         reply(*item);
         return;
@@ -282,9 +286,43 @@ void file_store::stage_then_enqueue(std::unique_ptr<pending> item, std::string& 
     enqueue(std::move(item), true);
 }
 
+void file_store::staging_done() {
+    {
+        std::lock_guard lock(queue_mutex_);
+        staging_.fetch_sub(1);
+    }
+    queue_cv_.notify_one();
+}
+
 write_result answer_from(const idem_row& rec, const idempotency& idem) {
-    return replay_from_record(rec.fingerprint, idem.fingerprint, rec.created, rec.version,
-                              rec.token);
+    // A transaction's record never answers a single write (their fingerprints differ
+    // anyway: the proxy hashes the method and path too).
+    return replay_from_record(rec.results ? std::string_view() : rec.fingerprint, idem.fingerprint,
+                              rec.created, rec.version, rec.token);
+}
+
+txn_result txn_answer_from(const idem_row& rec, const idempotency& idem) {
+    txn_result r;
+    if (!rec.results || rec.fingerprint != idem.fingerprint) {
+        r.error = errc::idempotency_key_reused;
+        r.message = "this Idempotency-Key was used for a different request; nothing was applied";
+        return r;
+    }
+    r.replayed = true;
+    r.results_json = *rec.results;
+    return r;
+}
+
+void set_failure(pending& p, errc e, std::string message) {
+    if (p.txn) {
+        p.txn->result = {};
+        p.txn->result.error = e;
+        p.txn->result.message = std::move(message);
+        return;
+    }
+    p.result = {};
+    p.result.error = e;
+    p.result.message = std::move(message);
 }
 
 bool file_store::answered_by_record(pending& p) {
@@ -300,7 +338,10 @@ bool file_store::answered_by_record(pending& p) {
     }
     if (rc != index_row)
         return false;
-    p.result = answer_from(rec, *p.idem);
+    if (p.txn)
+        p.txn->result = txn_answer_from(rec, *p.idem);
+    else
+        p.result = answer_from(rec, *p.idem);
     return true;
 }
 
@@ -324,13 +365,8 @@ net::awaitable<write_result> file_store::keyed_submit(std::unique_ptr<pending> p
                     item->result = std::move(r);
             }
             if (answered) {
-                if (stages) {
-                    {
-                        std::lock_guard lock(queue_mutex_);
-                        staging_.fetch_sub(1);
-                    }
-                    queue_cv_.notify_one();
-                }
+                if (stages)
+                    staging_done();
                 reply(*item);
                 return;
             }
@@ -344,7 +380,7 @@ net::awaitable<write_result> file_store::keyed_submit(std::unique_ptr<pending> p
         std::move(init), net::use_awaitable, std::move(p), std::move(body));
 }
 
-write_result file_store::stage_put(pending& p, std::string& body) {
+write_result file_store::stage_put(pending& p, std::string& body, bool direct_ok) {
     if (!usable())
         return unavailable("file store is not available");
     // No read of the index here: the committer decides every write against it, and a
@@ -361,7 +397,7 @@ write_result file_store::stage_put(pending& p, std::string& body) {
         // (two directory changes fewer per write; docs/file-store.md, "Write sequence").
         // The claim keeps every other write of the key away from that path; EEXIST means a
         // body is there (the key has one, or a crash left one).
-        if (claim_direct(p.key)) {
+        if (direct_ok && claim_direct(p.key)) {
             fd.reset(::openat(p.dir->get(), p.path.file.c_str(), create_flags, 0644));
             if (fd) {
                 p.direct = true;
@@ -424,6 +460,11 @@ void file_store::abandon_staged(pending& p) {
 }
 
 void file_store::drop_staged(pending& p) {
+    if (p.txn) {
+        for (auto& part : p.txn->parts)
+            drop_staged(part);
+        return;
+    }
     if (p.op != pending::kind::put || !p.dir)
         return;
     if (p.direct)
@@ -516,6 +557,136 @@ net::awaitable<write_result> file_store::advance_fence(fence_request req) {
     p->lock = std::move(lock);
     p->token = token;
     co_return co_await submit(std::move(p));
+}
+
+net::awaitable<txn_result> file_store::transact(txn_request req) {
+    txn_result r;
+    if (!usable()) {
+        r.error = errc::unavailable;
+        r.message = "file store is not available";
+        co_return r;
+    }
+    auto refuse = [&r](std::size_t i, std::string message) {
+        r.error = errc::invalid_request;
+        r.op_index = i;
+        r.message = std::move(message);
+        return r;
+    };
+    // The HTTP side has validated the shape; the parts' claims and paths rely on it.
+    if (auto bad = validate_txn(req.ops, req.ops.size()))
+        co_return refuse(bad->op_index, std::move(bad->message));
+    auto item = std::make_unique<pending>();
+    item->op = pending::kind::txn;
+    item->idem = std::move(req.idem);
+    item->txn = std::make_unique<txn_state>();
+    auto& parts = item->txn->parts;
+    parts.resize(req.ops.size());
+    std::vector<std::string> bodies(req.ops.size());
+    bool stages = false;
+    for (std::size_t i = 0; i < req.ops.size(); ++i) {
+        txn_op& op = req.ops[i];
+        pending& part = parts[i];
+        switch (op.op) {
+        case txn_op::kind::operation:
+            co_return refuse(i, "op " + std::to_string(i) + " is an operation ('" + op.name +
+                                    "'): named operations run on the Postgres store only");
+        case txn_op::kind::put:
+            part.op = pending::kind::put;
+            break;
+        case txn_op::kind::remove:
+            part.op = pending::kind::remove;
+            break;
+        case txn_op::kind::fence:
+            part.op = pending::kind::fence;
+            break;
+        case txn_op::kind::check:
+            part.op = pending::kind::check;
+            break;
+        case txn_op::kind::check_version:
+            part.op = pending::kind::check_version;
+            break;
+        }
+        if (part.op == pending::kind::put || part.op == pending::kind::remove ||
+            part.op == pending::kind::check_version) {
+            if (fence::validate_key(op.key) != errc::ok)
+                co_return refuse(i, "op " + std::to_string(i) + ": invalid key");
+            part.path = *object_path_for(op.key);
+            part.key = op.key;
+        }
+        part.lock = op.lock;
+        part.token = op.token;
+        part.pre = op.pre;
+        if (part.op == pending::kind::check_version) {
+            part.pre = {};
+            part.pre.if_match = op.version;
+        }
+        if (part.op == pending::kind::put) {
+            part.content_type = std::move(op.content_type);
+            bodies[i] = std::move(op.body);
+            op.body.clear();
+            stages = true;
+        }
+    }
+    item->txn->ops = std::move(req.ops);
+    // No fast stale answer from the cache: the committer decides which op fails first.
+    co_return co_await submit_txn(std::move(item), std::move(bodies), stages);
+}
+
+net::awaitable<txn_result> file_store::submit_txn(std::unique_ptr<pending> t,
+                                                  std::vector<std::string> bodies, bool stages) {
+    net::any_io_executor fallback = io_.get_executor();
+    auto init = [this, fallback, stages](auto handler, std::unique_ptr<pending> item,
+                                         std::vector<std::string> data) {
+        attach_txn_waiter(*item, std::move(handler), fallback);
+        if (!stages && !item->idem) {
+            enqueue(std::move(item));
+            return;
+        }
+        if (stages)
+            staging_.fetch_add(1); // the committer may gather for it
+        net::post(pool_, [this, stages, item = std::move(item), data = std::move(data)]() mutable {
+            // The record first, as for a keyed write (keyed_submit).
+            if (item->idem && answered_by_record(*item)) {
+                if (stages)
+                    staging_done();
+                reply(*item);
+                return;
+            }
+            if (stages)
+                stage_txn_then_enqueue(std::move(item), data);
+            else
+                enqueue(std::move(item));
+        });
+    };
+    co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(txn_result)>(
+        std::move(init), net::use_awaitable, std::move(t), std::move(bodies));
+}
+
+void file_store::stage_txn_then_enqueue(std::unique_ptr<pending> t,
+                                        std::vector<std::string>& bodies) {
+    write_result r;
+    auto& parts = t->txn->parts;
+    for (std::size_t i = 0; i < parts.size() && r.error == errc::ok; ++i) {
+        if (parts[i].op != pending::kind::put)
+            continue;
+        // Never in place: a part claims its key only in the committer's batch, like any
+        // write that uses a temp file, so a transaction holds no claim while it waits.
+        try {
+            r = stage_put(parts[i], bodies[i], false);
+        } catch (const std::exception& e) {
+            r = {};
+            r.error = errc::internal;
+            r.message = e.what();
+        }
+    }
+    if (r.error != errc::ok) {
+        drop_staged(*t); // every body staged so far
+        staging_done();
+        set_failure(*t, r.error, std::move(r.message));
+        reply(*t);
+        return;
+    }
+    enqueue(std::move(t), true);
 }
 
 object_result file_store::read_object(const std::string& key, bool with_body) {

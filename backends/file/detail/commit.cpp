@@ -82,6 +82,12 @@ void file_store::fail_index(std::string_view what) {
 
 void file_store::reply(pending& p) {
     auto work = std::move(p.work);
+    if (p.txn) {
+        net::post(work, [h = std::move(*p.txn->handler), r = std::move(p.txn->result)]() mutable {
+            std::move(h)(std::move(r));
+        });
+        return;
+    }
     net::post(work, [h = std::move(*p.handler), r = std::move(p.result)]() mutable {
         std::move(h)(std::move(r));
     });
@@ -99,8 +105,7 @@ void file_store::enqueue(std::unique_ptr<pending> p, bool staged) {
     }
     if (p) { // the committer has exited (stop())
         abandon_staged(*p);
-        p->result.error = errc::unavailable;
-        p->result.message = "file store is stopped";
+        set_failure(*p, errc::unavailable, "file store is stopped");
         reply(*p);
         return;
     }
@@ -184,9 +189,7 @@ void file_store::committer_main() {
             // Stopping, and nothing has come for them: answer rather than wait forever.
             for (auto& p : deferred_) {
                 drop_staged(*p);
-                p->result = {};
-                p->result.error = errc::unavailable;
-                p->result.message = "file store is stopped";
+                set_failure(*p, errc::unavailable, "file store is stopped");
                 reply(*p);
             }
             deferred_.clear();
@@ -253,9 +256,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         for (auto& p : batch) {
             if ((w == which::accepted && !p->accepted) || (w == which::rejected && p->accepted))
                 continue;
-            p->result = {};
-            p->result.error = e;
-            p->result.message = message;
+            set_failure(*p, e, message);
         }
     };
 
@@ -285,9 +286,25 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     {
         std::deque<std::unique_ptr<pending>> now;
         std::lock_guard lock(claims_mutex_);
+        auto names_key = [](const pending& p) {
+            return p.op == pending::kind::put || p.op == pending::kind::remove;
+        };
         for (auto& p : batch) {
-            const bool names_key = p->op == pending::kind::put || p->op == pending::kind::remove;
-            if (names_key && !p->direct) {
+            if (p->txn) {
+                // As one item: deferred when any part's key has a direct body waiting,
+                // else every part's key claimed.
+                const auto& parts = p->txn->parts;
+                if (std::any_of(parts.begin(), parts.end(), [&](const pending& part) {
+                        auto c = claims_.find(part.key);
+                        return names_key(part) && c != claims_.end() && c->second;
+                    })) {
+                    deferred_.push_back(std::move(p));
+                    continue;
+                }
+                for (const auto& part : parts)
+                    if (names_key(part) && claims_.try_emplace(part.key, false).second)
+                        claimed.push_back(part.key);
+            } else if (names_key(*p) && !p->direct) {
                 auto [c, fresh] = claims_.try_emplace(p->key, false);
                 if (c->second) { // a direct body (of an item in a later batch, or later here)
                     deferred_.push_back(std::move(p));
@@ -323,41 +340,11 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
 
     // 1. Decide, in FIFO order, inside the transaction: each read sees the batch's earlier
     //    accepted items, which is what makes check-and-write atomic per lock.
-    const std::int64_t ms = store_now_ms();
-    const std::int64_t unexpired_after = ms - retention_ms_;
-    std::unordered_map<std::string, token_t> raised; // lock → fence after the batch
-    // The floors every item is decided against: the committed ones, or, from the batch's
-    // first floor raise on, a copy with this batch's raises, installed after the COMMIT (a
-    // batch that does not commit leaves the committed floors as they were).
-    std::optional<fence::floor_set> staged_floors;
-    auto floors = [&]() -> const fence::floor_set& {
-        return staged_floors ? *staged_floors : floors_;
-    };
-    std::int64_t last_redo = 0;
-    std::size_t accepted = 0;
-    // The fence of `lock` in the transaction, raised to `token` when that is higher.
-    auto advance = [&](const std::string& lock, std::optional<token_t> fence,
-                       token_t token) -> int {
-        if (fence && token <= *fence)
-            return index_ok;
-        raised[lock] = token;
-        return writer_.put_fence(lock, token, ms);
-    };
-    // An applied keyed write's record, in the same transaction as the write.
-    auto record = [&](pending& p) -> int {
-        if (!p.idem)
-            return index_ok;
-        idem_row rec;
-        rec.fingerprint = p.idem->fingerprint;
-        rec.created = p.result.created;
-        rec.version = p.result.version;
-        rec.token = p.result.token;
-        rec.committed_ms = ms;
-        return writer_.put_idem(p.idem->scope, p.idem->key, rec);
-    };
+    batch_state b;
+    b.ms = store_now_ms();
+    const std::int64_t unexpired_after = b.ms - retention_ms_;
     for (auto& up : batch) {
         pending& p = *up;
-        write_result& r = p.result;
         if (p.idem) {
             // The record decides first (before the fence: a replay tells what happened
             // then). Read in this transaction, it includes the records of this batch's
@@ -368,150 +355,30 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             if (rc != index_row && rc != index_done)
                 return index_failed("reading an idempotency record");
             if (rc == index_row) {
-                r = answer_from(rec, *p.idem);
+                if (p.txn)
+                    p.txn->result = txn_answer_from(rec, *p.idem);
+                else
+                    p.result = answer_from(rec, *p.idem);
                 continue;
             }
         }
-        if (p.op == pending::kind::floor) {
-            if (!staged_floors)
-                staged_floors = floors_;
-            switch (staged_floors->raise(p.lock, p.token, ms, max_floors)) {
-            case fence::floor_set::raise_outcome::not_above:
-                r.error = errc::stale_token;
-                r.current_token = staged_floors->floor_of(p.lock).value_or(0);
-                continue;
-            case fence::floor_set::raise_outcome::full:
-                r.error = errc::invalid_request;
-                r.message = "there are already " + std::to_string(max_floors) +
-                            " fence floors (the most a store keeps); raise an existing "
-                            "prefix's floor, or one with a shorter prefix, instead";
-                continue;
-            case fence::floor_set::raise_outcome::raised:
-                break;
-            }
-            if (writer_.put_floor(p.lock, p.token, ms) != index_ok)
-                return index_failed("writing a fence floor");
-            // Before the COMMIT: a fence read that finds it unset knows its snapshot of the
-            // index has no floor (read_fence).
-            has_floors_.store(true);
-            r.token = p.token;
-            if (record(p) != index_ok)
-                return index_failed("writing an idempotency record");
-            p.accepted = true;
-            ++accepted;
-            continue;
-        }
-        fence_row f;
-        int rc = writer_.get_fence(p.lock, f);
-        if (rc != index_row && rc != index_done)
-            return index_failed("reading a fence");
-        // The lock's own fence, and the effective one: the own fence raised to the highest
-        // floor over the lock. A write is decided against the effective fence; an accepted
-        // one moves the own fence as without floors.
-        const std::optional<token_t> fence =
-            rc == index_row ? std::optional<token_t>(f.token) : std::nullopt;
-        const fence::effective_fence eff = floors().effective(p.lock, fence);
-        auto stale = [&] {
-            r.error = errc::stale_token;
-            r.current_token = eff.token.value_or(0);
-            if (eff.floor)
-                r.floor = std::string(eff.floor->prefix);
-        };
-        if (p.op == pending::kind::fence) {
-            if (!fence::accepts(eff.token, p.token)) {
-                stale();
-                continue;
-            }
-            if (advance(p.lock, fence, p.token) != index_ok)
-                return index_failed("writing a fence");
-            r.token = fence::advanced(fence, p.token);
-            if (record(p) != index_ok)
-                return index_failed("writing an idempotency record");
-            p.accepted = true;
-            ++accepted;
-            continue;
-        }
-        key_row k;
-        rc = writer_.get_key(p.key, k);
-        if (rc != index_row && rc != index_done)
-            return index_failed("reading a key");
-        const bool exists = rc == index_row && k.exists;
-        const std::int64_t version = rc == index_row ? k.version : 0;
-        fence::key_state ks{exists, exists ? std::string_view(k.lock) : "", version};
-        errc e = fence::check_write(ks, p.lock, eff.token, p.token, p.pre);
-        if (e != errc::ok) {
-            // Data only: the proxy words the reply (proxy/error_response.hpp).
-            r.error = e;
-            if (e == errc::stale_token)
-                stale();
-            else if (e == errc::lock_mismatch)
-                r.lock = k.lock;
-            continue;
-        }
-        if (p.op == pending::kind::put) {
-            key_row next;
-            next.exists = true;
-            next.version = version + 1;
-            next.lock = p.lock;
-            next.token = p.token;
-            next.ms = ms;
-            next.size = p.size;
-            next.crc = p.body_crc;
-            next.content_type = p.content_type;
-            if (writer_.put_key(p.key, next) != index_ok)
-                return index_failed("writing a key");
-            // A redo row for a write whose files are not yet known durable: a temp file to
-            // rename, or a body that only its row holds durably (docs/file-store.md).
-            if (!p.tmp.empty() || p.journaled_body) {
-                redo_row row;
-                row.key = p.key;
-                row.version = next.version;
-                row.tmp = p.tmp;
-                row.body = std::move(p.journaled_body);
-                p.journaled_body.reset();
-                p.journaled = row.body.has_value();
-                if (writer_.add_redo(row) != index_ok)
-                    return index_failed("writing a redo row");
-                last_redo = row.seq;
-            }
-            r.created = !exists;
-            r.version = next.version;
-        } else if (exists) {
-            if (!p.dir) {
-                if (int err = objects_.open_dir(p.path, false, p.dir); err != 0) {
-                    r = {};
-                    r.error = errc::unavailable;
-                    r.message = errno_text("opening the key's directory", err);
-                    continue;
-                }
-            }
-            if (writer_.tombstone_key(p.key, version) != index_ok)
-                return index_failed("writing a tombstone");
-            redo_row row;
-            row.key = p.key;
-            row.version = version;
-            row.is_delete = true;
-            if (writer_.add_redo(row) != index_ok)
-                return index_failed("writing a redo row");
-            last_redo = row.seq;
-            p.existed = true;
-            r.version = version;
-        } else {
-            // Deleting a missing key still checks and advances the fence
-            // (docs/api.md#delete-resource).
-            r.version = version;
-        }
-        if (advance(p.lock, fence, p.token) != index_ok)
-            return index_failed("writing a fence");
-        r.token = fence::advanced(fence, p.token);
-        if (record(p) != index_ok)
-            return index_failed("writing an idempotency record");
-        p.accepted = true;
-        ++accepted;
+        if (const char* step = p.txn ? decide_txn(p, b) : decide(p, b))
+            return index_failed(step);
     }
     for (auto& p : batch)
         if (!p->accepted)
             drop_staged(*p);
+    // From here on a transaction's parts are handled like single items (its parts are
+    // accepted exactly when it is), and the transaction is answered once, as one item.
+    std::vector<pending*> leaves;
+    leaves.reserve(batch.size());
+    for (auto& p : batch) {
+        if (!p->txn)
+            leaves.push_back(p.get());
+        else
+            for (auto& part : p->txn->parts)
+                leaves.push_back(&part);
+    }
 
     // 2. The new bodies and temp entries must be durable before the index names them, so
     //    that recovery can roll a committed write forward: one syncfs covers them all, or
@@ -520,7 +387,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     //    from there. A batch of only those (and deletes and fence advances) goes straight
     //    to the commit.
     std::unordered_map<std::string, int> new_dirs, touched_dirs;
-    for (auto& p : batch) {
+    for (pending* p : leaves) {
         if (!p->accepted || !p->dir)
             continue;
         if (p->op == pending::kind::put && !p->journaled)
@@ -563,14 +430,14 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
             reply_all();
             return;
         }
-        if (staged_floors) {
+        if (b.staged_floors) {
             // Committed: every later batch is decided against them, and from here on reads
             // see them.
             std::unique_lock floors_guard(floors_mutex_);
-            floors_ = std::move(*staged_floors);
+            floors_ = std::move(*b.staged_floors);
         }
         FK_FAILPOINT("after_index_commit");
-        for (auto& p : batch) {
+        for (pending* p : leaves) {
             if (!p->accepted || !p->dir)
                 continue;
             int rc = 0;
@@ -596,9 +463,9 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     FK_FAILPOINT("after_rename");
 
     // The cache learns only committed fences.
-    for (auto& [lock_name, token] : raised)
+    for (auto& [lock_name, token] : b.raised)
         cache_.observe_fence(lock_name, token);
-    for (auto& p : batch) {
+    for (pending* p : leaves) {
         if (p->accepted && p->op == pending::kind::put)
             cache_.observe_key(p->key, p->lock);
         else if (p->accepted && p->op == pending::kind::remove)
@@ -612,10 +479,10 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     // 5. Make the renames and unlinks durable. With syncfs batches this is the flusher's
     //    syncfs, after which the batch's redo rows go; until then recovery redoes a rename
     //    that a power loss undid and rewrites a body that it lost.
-    if (last_redo != 0)
-        committed_seq_ = last_redo;
+    if (b.last_redo != 0)
+        committed_seq_ = b.last_redo;
     if (syncfs_batches_) {
-        if (last_redo != 0)
+        if (b.last_redo != 0)
             request_flush();
     } else {
         for (auto& [id, fd] : touched_dirs) {
@@ -627,17 +494,276 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
                 return;
             }
         }
-        if (last_redo != 0)
-            flushed_seq_ = last_redo;
+        if (b.last_redo != 0)
+            flushed_seq_ = b.last_redo;
     }
     // Deletes may have left directories empty.
-    for (auto& p : batch)
+    for (pending* p : leaves)
         if (p->accepted && p->existed)
             objects_.reclaim_empty(p->path);
     FK_FAILPOINT("before_reply");
     // No log line here: the handler logs each applied request's "fence advanced" line,
     // with its request_id and peer, which the store does not know.
     reply_all();
+}
+
+const char* file_store::decide(pending& p, batch_state& b) {
+    write_result& r = p.result;
+    // The fence of `lock` in the transaction, raised to `token` when that is higher.
+    auto advance = [&](const std::string& lock, std::optional<token_t> fence,
+                       token_t token) -> int {
+        if (fence && token <= *fence)
+            return index_ok;
+        b.raised[lock] = token;
+        return writer_.put_fence(lock, token, b.ms);
+    };
+    // An applied keyed write's record, in the same transaction as the write.
+    auto record = [&]() -> int {
+        if (!p.idem)
+            return index_ok;
+        idem_row rec;
+        rec.fingerprint = p.idem->fingerprint;
+        rec.created = r.created;
+        rec.version = r.version;
+        rec.token = r.token;
+        rec.committed_ms = b.ms;
+        return writer_.put_idem(p.idem->scope, p.idem->key, rec);
+    };
+    if (p.op == pending::kind::floor) {
+        if (!b.staged_floors)
+            b.staged_floors = floors_;
+        switch (b.staged_floors->raise(p.lock, p.token, b.ms, max_floors)) {
+        case fence::floor_set::raise_outcome::not_above:
+            r.error = errc::stale_token;
+            r.current_token = b.staged_floors->floor_of(p.lock).value_or(0);
+            return nullptr;
+        case fence::floor_set::raise_outcome::full:
+            r.error = errc::invalid_request;
+            r.message = "there are already " + std::to_string(max_floors) +
+                        " fence floors (the most a store keeps); raise an existing "
+                        "prefix's floor, or one with a shorter prefix, instead";
+            return nullptr;
+        case fence::floor_set::raise_outcome::raised:
+            break;
+        }
+        if (writer_.put_floor(p.lock, p.token, b.ms) != index_ok)
+            return "writing a fence floor";
+        // Before the COMMIT: a fence read that finds it unset knows its snapshot of the
+        // index has no floor (read_fence).
+        has_floors_.store(true);
+        r.token = p.token;
+        if (record() != index_ok)
+            return "writing an idempotency record";
+        p.accepted = true;
+        return nullptr;
+    }
+    key_row k;
+    if (p.op == pending::kind::check_version) {
+        // Absent: no row, or a tombstone (whose version is not "found").
+        const int rc = writer_.get_key(p.key, k);
+        if (rc != index_row && rc != index_done)
+            return "reading a key";
+        const bool exists = rc == index_row && k.exists;
+        r.version = exists ? k.version : 0;
+        if (p.pre.if_match ? !exists || k.version != *p.pre.if_match : exists)
+            r.error = errc::precondition_failed;
+        else
+            p.accepted = true;
+        return nullptr;
+    }
+    fence_row f;
+    int rc = writer_.get_fence(p.lock, f);
+    if (rc != index_row && rc != index_done)
+        return "reading a fence";
+    // The lock's own fence, and the effective one: the own fence raised to the highest
+    // floor over the lock. A write is decided against the effective fence; an accepted
+    // one moves the own fence as without floors.
+    const std::optional<token_t> fence =
+        rc == index_row ? std::optional<token_t>(f.token) : std::nullopt;
+    const fence::effective_fence eff =
+        (b.staged_floors ? *b.staged_floors : floors_).effective(p.lock, fence);
+    auto stale = [&] {
+        r.error = errc::stale_token;
+        r.current_token = eff.token.value_or(0);
+        if (eff.floor)
+            r.floor = std::string(eff.floor->prefix);
+    };
+    if (p.op == pending::kind::fence || p.op == pending::kind::check) {
+        if (!fence::accepts(eff.token, p.token)) {
+            stale();
+            return nullptr;
+        }
+        if (p.op == pending::kind::check) {
+            // A guard: nothing written; the answer is the fence it was checked against.
+            r.token = eff.token.value_or(0);
+            p.accepted = true;
+            return nullptr;
+        }
+        if (advance(p.lock, fence, p.token) != index_ok)
+            return "writing a fence";
+        r.token = fence::advanced(fence, p.token);
+        if (record() != index_ok)
+            return "writing an idempotency record";
+        p.accepted = true;
+        return nullptr;
+    }
+    rc = writer_.get_key(p.key, k);
+    if (rc != index_row && rc != index_done)
+        return "reading a key";
+    const bool exists = rc == index_row && k.exists;
+    const std::int64_t version = rc == index_row ? k.version : 0;
+    fence::key_state ks{exists, exists ? std::string_view(k.lock) : "", version};
+    errc e = fence::check_write(ks, p.lock, eff.token, p.token, p.pre);
+    if (e != errc::ok) {
+        // Data only: the proxy words the reply (proxy/error_response.hpp).
+        r.error = e;
+        if (e == errc::stale_token)
+            stale();
+        else if (e == errc::lock_mismatch)
+            r.lock = k.lock;
+        return nullptr;
+    }
+    if (p.op == pending::kind::put) {
+        key_row next;
+        next.exists = true;
+        next.version = version + 1;
+        next.lock = p.lock;
+        next.token = p.token;
+        next.ms = b.ms;
+        next.size = p.size;
+        next.crc = p.body_crc;
+        next.content_type = p.content_type;
+        if (writer_.put_key(p.key, next) != index_ok)
+            return "writing a key";
+        // A redo row for a write whose files are not yet known durable: a temp file to
+        // rename, or a body that only its row holds durably (docs/file-store.md).
+        if (!p.tmp.empty() || p.journaled_body) {
+            redo_row row;
+            row.key = p.key;
+            row.version = next.version;
+            row.tmp = p.tmp;
+            row.body = std::move(p.journaled_body);
+            p.journaled_body.reset();
+            p.journaled = row.body.has_value();
+            if (writer_.add_redo(row) != index_ok)
+                return "writing a redo row";
+            b.last_redo = row.seq;
+        }
+        r.created = !exists;
+        r.version = next.version;
+    } else if (exists) {
+        if (!p.dir) {
+            if (int err = objects_.open_dir(p.path, false, p.dir); err != 0) {
+                r = {};
+                r.error = errc::unavailable;
+                r.message = errno_text("opening the key's directory", err);
+                return nullptr;
+            }
+        }
+        if (writer_.tombstone_key(p.key, version) != index_ok)
+            return "writing a tombstone";
+        redo_row row;
+        row.key = p.key;
+        row.version = version;
+        row.is_delete = true;
+        if (writer_.add_redo(row) != index_ok)
+            return "writing a redo row";
+        b.last_redo = row.seq;
+        p.existed = true;
+        r.version = version;
+    } else {
+        // Deleting a missing key still checks and advances the fence
+        // (docs/api.md#delete-resource).
+        r.version = version;
+    }
+    if (advance(p.lock, fence, p.token) != index_ok)
+        return "writing a fence";
+    r.token = fence::advanced(fence, p.token);
+    if (record() != index_ok)
+        return "writing an idempotency record";
+    p.accepted = true;
+    return nullptr;
+}
+
+const char* file_store::decide_txn(pending& t, batch_state& b) {
+    txn_state& x = *t.txn;
+    if (writer_.savepoint() != index_ok)
+        return "SAVEPOINT";
+    // What the parts change outside the index, put back when one is refused: the batch's
+    // raised fences (each lock's entry before the transaction) and its last redo row.
+    std::vector<std::pair<std::string_view, std::optional<token_t>>> raised_before;
+    const std::int64_t last_redo = b.last_redo;
+    std::optional<std::size_t> refused;
+    for (std::size_t i = 0; i < x.parts.size(); ++i) {
+        pending& part = x.parts[i];
+        if (part.op != pending::kind::check_version &&
+            std::none_of(raised_before.begin(), raised_before.end(),
+                         [&](const auto& e) { return e.first == part.lock; })) {
+            auto it = b.raised.find(part.lock);
+            raised_before.emplace_back(part.lock, it == b.raised.end()
+                                                      ? std::nullopt
+                                                      : std::optional<token_t>(it->second));
+        }
+        if (const char* step = decide(part, b))
+            return step;
+        if (!part.accepted) {
+            refused = i;
+            break;
+        }
+    }
+    if (refused) {
+        // Nothing of the transaction stays: its rows go with the savepoint, its bodies
+        // are dropped with the batch's other refused items.
+        if (writer_.rollback_to() != index_ok || writer_.release() != index_ok)
+            return "ROLLBACK TO a transaction's savepoint";
+        for (auto& [lock, before] : raised_before) {
+            if (before)
+                b.raised[std::string(lock)] = *before;
+            else
+                b.raised.erase(std::string(lock));
+        }
+        b.last_redo = last_redo;
+        for (auto& part : x.parts) {
+            part.accepted = false;
+            part.existed = false;
+            part.journaled = false;
+        }
+        // The refused op's data (proxy/error_response.hpp words the reply).
+        const write_result& r = x.parts[*refused].result;
+        x.result = {};
+        x.result.error = r.error;
+        if (r.error == errc::stale_token || r.error == errc::lock_mismatch ||
+            r.error == errc::precondition_failed)
+            x.result.op_index = *refused;
+        x.result.current_token = r.current_token;
+        x.result.floor = r.floor;
+        x.result.lock = r.lock;
+        x.result.message = r.message;
+        return nullptr;
+    }
+    FK_FAILPOINT("txn_decided");
+    std::vector<txn_op_result> results(x.parts.size());
+    for (std::size_t i = 0; i < x.parts.size(); ++i) {
+        const write_result& r = x.parts[i].result;
+        results[i].version = r.version;
+        results[i].created = r.created;
+        results[i].token = r.token;
+    }
+    x.result = {};
+    x.result.results_json = render_txn_results(x.ops, results);
+    if (t.idem) {
+        // In the savepoint, so in the batch's one COMMIT with the parts' rows.
+        idem_row rec;
+        rec.fingerprint = t.idem->fingerprint;
+        rec.committed_ms = b.ms;
+        rec.results = x.result.results_json;
+        if (writer_.put_idem(t.idem->scope, t.idem->key, rec) != index_ok)
+            return "writing an idempotency record";
+    }
+    if (writer_.release() != index_ok)
+        return "RELEASE of a transaction's savepoint";
+    t.accepted = true;
+    return nullptr;
 }
 
 void file_store::request_flush() {

@@ -42,6 +42,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -61,13 +62,21 @@ std::int64_t store_now_ms();
 // A write's answer from its idempotency record: the recorded outcome with `replayed` for
 // the same fingerprint, idempotency_key_reused for another.
 write_result answer_from(const idem_row& rec, const idempotency& idem);
+// A transaction's answer from its record: the recorded results with `replayed` for the
+// same fingerprint; idempotency_key_reused for another, or for a single write's record.
+txn_result txn_answer_from(const idem_row& rec, const idempotency& idem);
 
-// One write, delete, fence advance or floor raise on its way through the committer.
+struct txn_state;
+
+// One write, delete, fence advance or floor raise on its way through the committer; or a
+// transaction (kind::txn), one item whose parts are decided together (docs/file-store.md,
+// "Transactions"). check and check_version occur only as a transaction's parts.
 struct pending {
-    enum class kind { put, remove, fence, floor } op = kind::put;
+    enum class kind { put, remove, fence, floor, check, check_version, txn } op = kind::put;
     std::string key;
     std::string lock; // floor: the prefix
     token_t token = 0;
+    // check_version: if_match is the version the key must have, nullopt "absent".
     fence::preconditions pre;
     // The write's Idempotency-Key: the committer answers it from its record, or records
     // its outcome in the batch's transaction (docs/file-store.md, "Idempotency records").
@@ -97,6 +106,32 @@ struct pending {
     // forever (it re-wraps an lvalue of itself); construction is fine.
     std::optional<net::any_completion_handler<void(write_result)>> handler;
     net::any_io_executor work; // the waiter's executor, tracking outstanding work
+    // txn: its parts and its answer (null for every other kind).
+    std::unique_ptr<txn_state> txn;
+};
+
+struct txn_state {
+    // One item per op, in op order (never `direct`: a part always stages a temp file).
+    // Parts are accepted together, when the whole transaction is.
+    std::vector<pending> parts;
+    std::vector<txn_op> ops; // the request's ops without their bodies: for the results text
+    txn_result result;
+    std::optional<net::any_completion_handler<void(txn_result)>> handler;
+};
+
+// An item that failed as a whole (the batch, the stage, a stop): `e` and `message` for
+// its waiter, a single write's or a transaction's.
+void set_failure(pending& p, errc e, std::string message);
+
+// What the decisions of one batch share (commit_batch, file_store::decide).
+struct batch_state {
+    std::int64_t ms = 0; // the batch's time: fences', keys' and records' times
+    std::unordered_map<std::string, token_t> raised; // lock → fence after the batch
+    // The floors every item is decided against: the committed ones, or, from the batch's
+    // first floor raise on, a copy with this batch's raises, installed after the COMMIT (a
+    // batch that does not commit leaves the committed floors as they were).
+    std::optional<fence::floor_set> staged_floors;
+    std::int64_t last_redo = 0; // the seq of the batch's last redo row
 };
 
 class file_store final : public store {
@@ -115,13 +150,7 @@ public:
     net::awaitable<list_result> list_fences(list_request req) override;
     net::awaitable<write_result> raise_floor(floor_request req) override;
     net::awaitable<floors_result> list_floors() override;
-    // TXN-TODO: replaced by the real implementation before this lands.
-    net::awaitable<txn_result> transact(txn_request) override {
-        txn_result r;
-        r.error = errc::internal;
-        r.message = "transactions are not built yet";
-        co_return r;
-    }
+    net::awaitable<txn_result> transact(txn_request req) override;
     bool ready() const noexcept override;
     const commit_stats* batches() const noexcept override { return &commit_sizes_; }
     void stop() override;
@@ -169,8 +198,17 @@ private:
     // On the pool, for a put counted in staging_: stage the body, then queue the item
     // (or answer it with the stage's error).
     void stage_then_enqueue(std::unique_ptr<pending> item, std::string& body);
-    // The body written to its file; ok: queued for the committer.
-    write_result stage_put(pending& p, std::string& body);
+    // The body written to its file (at its final path only when `direct_ok` and the key
+    // can be claimed); ok: queued for the committer.
+    write_result stage_put(pending& p, std::string& body, bool direct_ok = true);
+    // A transaction: on the pool when it has a record to look up or bodies to stage
+    // (`stages`: counted in staging_), its record first, then every put's body, then the
+    // committer; the waiter is resumed once, with the answer.
+    net::awaitable<txn_result> submit_txn(std::unique_ptr<pending> t,
+                                          std::vector<std::string> bodies, bool stages);
+    void stage_txn_then_enqueue(std::unique_ptr<pending> t, std::vector<std::string>& bodies);
+    // A put counted in staging_ is queued or answered: the committer stops gathering for it.
+    void staging_done();
     object_result read_object(const std::string& key, bool with_body);
     net::awaitable<write_result> submit(std::unique_ptr<pending> p);
     // put: stages the body on pool_ and hands the item to the committer
@@ -185,7 +223,7 @@ private:
     bool claim_direct(const std::string& key);
     void release_claims(const std::vector<std::string>& keys);
     // Removes a staged body that will not be committed (its temp file, or the direct
-    // body at its final path); releases nothing.
+    // body at its final path; a transaction's: every part's); releases nothing.
     static void drop_staged(pending& p);
     // drop_staged, plus the claim of a direct body: for an item that never reaches a batch.
     void abandon_staged(pending& p);
@@ -208,6 +246,16 @@ private:
     void enqueue(std::unique_ptr<pending> p, bool staged = false);
     void committer_main();
     void commit_batch(std::deque<std::unique_ptr<pending>>& batch);
+    // Decides one item (not a transaction) in the batch's transaction: the fence rule
+    // against the effective fence, then (accepted) its rows, its fence advance and its
+    // Idempotency-Key record. Sets p.accepted, or p.result's error. Returns the step whose
+    // index call failed (the batch fails), or nullptr.
+    const char* decide(pending& p, batch_state& b);
+    // Decides a transaction under a savepoint: each part with decide(), in op order; the
+    // first part refused rolls back to the savepoint and undoes what the parts decided so
+    // far in `b`; else the record is written and the savepoint released. Returns as
+    // decide().
+    const char* decide_txn(pending& t, batch_state& b);
     // Deletes redo rows whose files the flusher has made durable (in its own
     // transaction when `standalone`, else in the caller's).
     int trim_redo(bool standalone);

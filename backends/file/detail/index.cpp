@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
   version      INTEGER NOT NULL,
   token        INTEGER NOT NULL,
   committed_ms INTEGER NOT NULL,
+  results      TEXT,
   PRIMARY KEY (scope, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (committed_ms);
@@ -349,9 +350,10 @@ int index_connection::list_fences(std::string_view prefix, std::string_view afte
 int index_connection::get_idem(std::string_view scope, std::string_view key, std::int64_t after_ms,
                                idem_row& out) {
     if (!get_idem_) {
-        if (int rc = prepare(get_idem_, "SELECT fingerprint, created, version, token, committed_ms "
-                                        "FROM idempotency WHERE scope = ?1 AND key = ?2 "
-                                        "AND committed_ms > ?3");
+        if (int rc = prepare(get_idem_,
+                             "SELECT fingerprint, created, version, token, committed_ms, results "
+                             "FROM idempotency WHERE scope = ?1 AND key = ?2 "
+                             "AND committed_ms > ?3");
             rc != SQLITE_OK)
             return rc;
     }
@@ -368,6 +370,9 @@ int index_connection::get_idem(std::string_view scope, std::string_view key, std
         out.version = sqlite3_column_int64(get_idem_, 2);
         out.token = sqlite3_column_int64(get_idem_, 3);
         out.committed_ms = sqlite3_column_int64(get_idem_, 4);
+        out.results.reset();
+        if (sqlite3_column_type(get_idem_, 5) != SQLITE_NULL)
+            out.results = column_text(get_idem_, 5);
     } else if (rc != SQLITE_DONE) {
         return fail(rc, "reading an idempotency record");
     }
@@ -470,6 +475,8 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
         exec("ROLLBACK");
         return r;
     }
+    if ((r.rc = add_results_column()) != SQLITE_OK)
+        return r;
     {
         sqlite3_stmt* s = nullptr;
         sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE name = 'clean'", -1, &s, nullptr);
@@ -482,6 +489,9 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
         {&begin_, "BEGIN IMMEDIATE"},
         {&commit_, "COMMIT"},
         {&rollback_, "ROLLBACK"},
+        {&savepoint_, "SAVEPOINT txn"},
+        {&release_, "RELEASE txn"},
+        {&rollback_to_, "ROLLBACK TO txn"},
         {&put_fence_, "INSERT INTO fences (lock, token, updated_ms) VALUES (?1, ?2, ?3) "
                       "ON CONFLICT (lock) DO UPDATE SET token = excluded.token, "
                       "updated_ms = excluded.updated_ms"},
@@ -493,7 +503,8 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
         {&redo_rows_, "SELECT seq, key, version, is_delete, tmp, body FROM redo ORDER BY seq"},
         {&delete_redo_, "DELETE FROM redo WHERE seq <= ?1"},
         {&put_idem_, "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, created, "
-                     "version, token, committed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"},
+                     "version, token, committed_ms, results) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
         // The oldest first, through the committed_ms index (which holds the primary key).
         {&expire_idem_, "DELETE FROM idempotency WHERE (scope, key) IN (SELECT scope, key "
                         "FROM idempotency WHERE committed_ms <= ?1 ORDER BY committed_ms "
@@ -530,6 +541,39 @@ int index_writer::commit() {
 void index_writer::rollback() noexcept {
     if (!sqlite3_get_autocommit(db_))
         run_once(rollback_);
+}
+
+int index_writer::savepoint() {
+    int rc = run_once(savepoint_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "SAVEPOINT");
+}
+
+int index_writer::release() {
+    int rc = run_once(release_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "RELEASE");
+}
+
+int index_writer::rollback_to() {
+    int rc = run_once(rollback_to_);
+    return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "ROLLBACK TO");
+}
+
+int index_writer::add_results_column() {
+    // An index made before transactions (format 3 without the column) gets it here. No
+    // format bump: the column is nullable and only added, so a build that does not know
+    // it reads and writes such an index as before (its records leave it NULL).
+    sqlite3_stmt* s = nullptr;
+    int rc = sqlite3_prepare_v2(db_, "PRAGMA table_info(idempotency)", -1, &s, nullptr);
+    if (rc != SQLITE_OK)
+        return fail(rc, "reading the idempotency table's columns");
+    bool has = false;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        if (column_text(s, 1) == "results")
+            has = true;
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE)
+        return fail(rc, "reading the idempotency table's columns");
+    return has ? SQLITE_OK : exec("ALTER TABLE idempotency ADD COLUMN results TEXT");
 }
 
 int index_writer::put_fence(std::string_view lock, fence::token_t token, std::int64_t ms) {
@@ -610,6 +654,8 @@ int index_writer::put_idem(std::string_view scope, std::string_view key, const i
     sqlite3_bind_int64(put_idem_, 5, row.version);
     sqlite3_bind_int64(put_idem_, 6, row.token);
     sqlite3_bind_int64(put_idem_, 7, row.committed_ms);
+    if (row.results)
+        bind_text(put_idem_, 8, *row.results);
     int rc = run_once(put_idem_);
     return rc == SQLITE_DONE ? SQLITE_OK : fail(rc, "writing an idempotency record");
 }

@@ -61,6 +61,9 @@ struct idem_row {
     std::int64_t version = 0;
     fence::token_t token = 0;
     std::int64_t committed_ms = 0; // Unix ms of the commit; expires after the retention
+    // A transaction's record: its "results" text (render_txn_results), which a replay
+    // returns; nullopt (NULL) for a single write's record.
+    std::optional<std::string> results;
 };
 
 // A write whose files may not be durable yet (docs/file-store.md, "Redo rows").
@@ -152,6 +155,12 @@ public:
     int begin();  // BEGIN IMMEDIATE
     int commit(); // COMMIT: the commit point of a batch
     void rollback() noexcept;
+    // Inside a batch's transaction, around one transaction item (docs/file-store.md,
+    // "Transactions"): SAVEPOINT, RELEASE (keep its writes in the batch), ROLLBACK TO
+    // (undo them; the savepoint stays open until RELEASE).
+    int savepoint();
+    int release();
+    int rollback_to();
 
     int put_fence(std::string_view lock, fence::token_t token, std::int64_t ms);
     int put_key(std::string_view key, const key_row& row);
@@ -180,9 +189,15 @@ public:
     void on_wal_commit(int (*fn)(void*, sqlite3*, const char*, int), void* arg);
 
 private:
+    // Adds idempotency.results to an index created before transactions.
+    int add_results_column();
+
     sqlite3_stmt* begin_ = nullptr;
     sqlite3_stmt* commit_ = nullptr;
     sqlite3_stmt* rollback_ = nullptr;
+    sqlite3_stmt* savepoint_ = nullptr;
+    sqlite3_stmt* release_ = nullptr;
+    sqlite3_stmt* rollback_to_ = nullptr;
     sqlite3_stmt* put_fence_ = nullptr;
     sqlite3_stmt* put_key_ = nullptr;
     sqlite3_stmt* tombstone_ = nullptr;
