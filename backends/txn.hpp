@@ -47,12 +47,13 @@ std::string_view to_string(txn_op::kind k) noexcept;
 // One op's outcome, in op order, when the transaction commits.
 struct txn_op_result {
     // put, remove, check_version: the key's version after the transaction (put: the new
-    // one; remove: the deleted version, 0 when the key did not exist; check_version: the
-    // version found, 0 when absent).
+    // one; remove: the deleted version, 0 when the key did not exist, never written or
+    // already deleted; check_version: the version found, 0 when absent).
     std::int64_t version = 0;
     bool created = false; // put: the key did not exist or was deleted
     // put, remove, fence, operation: the lock's fence after the transaction; check: the
-    // lock's effective fence that the token was checked against (0: none).
+    // lock's effective fence that the token was checked against, in op order (after an
+    // earlier op of the transaction on that lock: the transaction's token; 0: none).
     token_t token = 0;
     std::int64_t rows_affected = 0; // operation
     std::string rows_json;          // operation: a JSON array of objects

@@ -155,6 +155,15 @@ def test_one_stale_op_changes_nothing(store):
            "a/5 written under its own lock with the header's token")
         eq(c.fence("job/x").json()["token"], 10, "a check does not move the fence")
 
+        # A check after a write of its lock reports the transaction's token (op order); a
+        # delete of a key already deleted reports version 0, as one never written.
+        ops = [{"op": "fence", "lock": "job/x", "token": 12}, {"op": "check", "lock": "job/x", "token": 12},
+               {"op": "delete", "key": "a/4", "token": 12}, {"op": "delete", "key": "a/8", "token": 12}]
+        res = results(c.transaction(ops), "check after a fence, deletes of absent keys")
+        eq([(x["op"], x["token"], x.get("version")) for x in res],
+           [("fence", 12, None), ("check", 12, None), ("delete", 12, 0), ("delete", 12, 0)],
+           "results")
+
 
 # ---------------------------------------------------------------------------
 # Idempotency-Key over a whole transaction

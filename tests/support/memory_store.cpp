@@ -479,8 +479,15 @@ net::awaitable<fk::store::txn_result> memory_store::transact(fk::store::txn_requ
                 stale.op_index = i;
                 co_return stale;
             }
-            if (op.op == kind::check)
-                results[i].token = fence.token.value_or(0);
+            if (op.op == kind::check) {
+                // In op order: an earlier op of this transaction on the lock has moved its
+                // fence to the transaction's token (docs/api.md#post-v1transactions).
+                bool moved = false;
+                for (std::size_t j = 0; j < i; ++j)
+                    moved = moved || (ops[j].lock == op.lock && ops[j].op != kind::check &&
+                                      ops[j].op != kind::check_version);
+                results[i].token = moved ? op.token : fence.token.value_or(0);
+            }
             break;
         }
         case kind::check_version: {
@@ -524,10 +531,10 @@ net::awaitable<fk::store::txn_result> memory_store::transact(fk::store::txn_requ
             continue;
         key_entry& k = keys_[op.key];
         if (op.op == kind::remove) {
+            results[i].version = k.exists ? k.version : 0; // 0: there was nothing to delete
             k.exists = false;
             k.body.clear();
             k.content_type.clear();
-            results[i].version = k.version;
             continue;
         }
         results[i].created = !k.exists;

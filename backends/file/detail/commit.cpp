@@ -744,8 +744,11 @@ const char* file_store::decide_txn(pending& t, batch_state& b) {
     FK_FAILPOINT("txn_decided");
     std::vector<txn_op_result> results(x.parts.size());
     for (std::size_t i = 0; i < x.parts.size(); ++i) {
-        const write_result& r = x.parts[i].result;
-        results[i].version = r.version;
+        const pending& part = x.parts[i];
+        const write_result& r = part.result;
+        // A delete of a key that does not exist (never written, or deleted: its tombstone
+        // keeps its last version) reports 0, as docs/api.md says.
+        results[i].version = part.op == pending::kind::remove && !part.existed ? 0 : r.version;
         results[i].created = r.created;
         results[i].token = r.token;
     }
