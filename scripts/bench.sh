@@ -210,7 +210,7 @@ openloop="$repo/$tools/openloop"
 baseline="$repo/$tools/durable_write_baseline"
 # Links the store's own SQL code from this build, so it is rebuilt with it every run.
 g++ -O2 -std=c++20 "${boost_inc[@]}" -I. -I/usr/include/postgresql scripts/bench/pg_batch_ceiling.cpp \
-    "$build/libfk_store_pg.a" "$build/libfk_asio.a" "$build/libfk_fence.a" -lpq \
+    "$build/libfk_store_pg.a" "$build/libfk_store.a" "$build/libfk_asio.a" "$build/libfk_fence.a" -lpq \
     -o "$tools/pg_batch_ceiling" || { echo "bench.sh: building pg_batch_ceiling failed" >&2; exit 1; }
 ceiling="$repo/$tools/pg_batch_ceiling"
 
@@ -847,7 +847,7 @@ EOF
 
 lat_conns=128
 for scen in $only; do
-    [[ $scen == I ]] && continue   # I has throughput rows only
+    [[ $scen == [IT] ]] && continue   # I and T have throughput rows only
     case $scen in
         P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put) ;;
         F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put) ;;

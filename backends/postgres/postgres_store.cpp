@@ -401,6 +401,16 @@ private:
             pool_->release(a.conn);
             if (r) {
                 observe_operation(req.lock, req.token, *r);
+                // Refused because a request under the same key committed meanwhile (its
+                // statement inserted the same unique row first, say: the refusal comes
+                // before our record's claim would have raised FKR01): answered from that
+                // record, as a claim that lost the race is (as transact does).
+                if (r->error != errc::ok && r->error != errc::outcome_unknown) {
+                    auto again = co_await pool_->run(pg::sql::name::idem_get, params, true);
+                    auto l2 = pg::map_idem_get(again);
+                    if (l2.error == errc::ok && l2.record)
+                        co_return pg::replay_operation(*l2.record, req.idem->fingerprint);
+                }
                 co_return std::move(*r);
             }
         }

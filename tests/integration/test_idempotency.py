@@ -437,6 +437,14 @@ def test_concurrent_duplicates_apply_once(store):
         eq(first.json()["rows"], [{"id": 7, "balance": 1010}], "the applied credit's rows")
         eq(balance(s), 1010, "credited once")
         busy += busy2
+        # An INSERT into a unique column: a duplicate that runs while the first is in
+        # flight on the other proxy fails its statement (23505) before its record's claim
+        # could lose the race; it is still answered from the first one's record, not 422.
+        send = lambda c: c.operation("open", 3, "acct/9", [9], headers=ik("k-dup-open"))
+        first, busy3 = exactly_one_applied(proxies, duplicates(proxies, n, send), send, 200,
+                                           "50 opens")
+        eq(sql_one("SELECT count(*) FROM %s.accounts WHERE id = 9" % s), "1", "opened once")
+        busy += busy3
     print("  %s: %d of the duplicates got 409 idempotency_in_progress" % (store.kind, busy))
 
 
