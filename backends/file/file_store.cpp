@@ -157,8 +157,7 @@ file_store::file_store(net::io_context& io, const file_store_options& opts)
       retention_ms_(
           std::chrono::duration_cast<std::chrono::milliseconds>(opts.idempotency_retention)
               .count()),
-      pool_threads_(static_cast<std::size_t>(file_io_threads(opts.io_threads, syncfs_batches_))),
-      pool_(pool_threads_) {
+      pool_(static_cast<std::size_t>(file_io_threads(opts.io_threads, syncfs_batches_))) {
     if (opts.flush == config::file_flush::syncfs && !syncfs_batches_)
         logging::write(logging::level::warn,
                        "file store: this kernel's syncfs() does not report write errors "
@@ -663,11 +662,11 @@ net::awaitable<txn_result> file_store::submit_txn(std::unique_ptr<pending> t,
         std::move(init), net::use_awaitable, std::move(t), std::move(bodies));
 }
 
-write_result file_store::stage_txn_parts(pending& t, std::vector<std::string>& bodies,
-                                         std::size_t begin, std::size_t end) {
+void file_store::stage_txn_then_enqueue(std::unique_ptr<pending> t,
+                                        std::vector<std::string>& bodies) {
     write_result r;
-    auto& parts = t.txn->parts;
-    for (std::size_t i = begin; i < end && r.error == errc::ok; ++i) {
+    auto& parts = t->txn->parts;
+    for (std::size_t i = 0; i < parts.size() && r.error == errc::ok; ++i) {
         if (parts[i].op != pending::kind::put)
             continue;
         // Never in place: a part claims its key only in the committer's batch, like any
@@ -680,52 +679,6 @@ write_result file_store::stage_txn_parts(pending& t, std::vector<std::string>& b
             r.message = e.what();
         }
     }
-    return r;
-}
-
-void file_store::stage_txn_then_enqueue(std::unique_ptr<pending> t,
-                                        std::vector<std::string>& bodies) {
-    const std::size_t n = t->txn->parts.size();
-    std::size_t puts = 0;
-    for (const auto& part : t->txn->parts)
-        puts += part.op == pending::kind::put;
-    // Shares of at least two puts each, one per pool thread. Each share touches only its
-    // own parts and bodies; the last to finish queues the transaction (or answers it).
-    const std::size_t shares = std::max<std::size_t>(1, std::min(pool_threads_, puts / 2));
-    if (shares == 1) {
-        auto r = stage_txn_parts(*t, bodies, 0, n);
-        finish_txn_staging(std::move(t), std::move(r));
-        return;
-    }
-    struct staging {
-        std::unique_ptr<pending> t;
-        std::vector<std::string> bodies;
-        std::vector<write_result> results;
-        std::atomic<std::size_t> left;
-    };
-    auto s = std::make_shared<staging>();
-    s->t = std::move(t);
-    s->bodies = std::move(bodies);
-    s->results.resize(shares);
-    s->left = shares;
-    auto run = [this, s, n, shares](std::size_t k) {
-        s->results[k] = stage_txn_parts(*s->t, s->bodies, n * k / shares, n * (k + 1) / shares);
-        if (s->left.fetch_sub(1, std::memory_order_acq_rel) != 1)
-            return;
-        write_result first;
-        for (auto& r : s->results)
-            if (r.error != errc::ok) {
-                first = std::move(r);
-                break;
-            }
-        finish_txn_staging(std::move(s->t), std::move(first));
-    };
-    for (std::size_t k = 1; k < shares; ++k)
-        net::post(pool_, [run, k] { run(k); });
-    run(0);
-}
-
-void file_store::finish_txn_staging(std::unique_ptr<pending> t, write_result r) {
     if (r.error != errc::ok) {
         drop_staged(*t); // every body staged so far
         staging_done();

@@ -206,15 +206,7 @@ private:
     // committer; the waiter is resumed once, with the answer.
     net::awaitable<txn_result> submit_txn(std::unique_ptr<pending> t,
                                           std::vector<std::string> bodies, bool stages);
-    // Stages a transaction's bodies, split over up to pool_threads_ pool threads (one
-    // transaction's latency is mostly creating its files: docs/benchmarks.md,
-    // "Transactions"), then queues it, or answers it with the first stage error.
     void stage_txn_then_enqueue(std::unique_ptr<pending> t, std::vector<std::string>& bodies);
-    // One share of that: the puts among parts [begin, end). The first error, or ok.
-    write_result stage_txn_parts(pending& t, std::vector<std::string>& bodies,
-                                 std::size_t begin, std::size_t end);
-    // After the last share: queue the transaction, or answer it with `r`'s error.
-    void finish_txn_staging(std::unique_ptr<pending> t, write_result r);
     // A put counted in staging_ is queued or answered: the committer stops gathering for it.
     void staging_done();
     object_result read_object(const std::string& key, bool with_body);
@@ -361,7 +353,6 @@ private:
     std::condition_variable sweep_cv_;
     bool sweep_running_ = false; // guarded by sweep_mutex_
 
-    std::size_t pool_threads_ = 1; // pool_'s thread count
     net::thread_pool pool_;
     std::thread committer_;
     std::thread flusher_;
