@@ -11,6 +11,7 @@
 #include "backends/postgres/result.hpp"
 #include "backends/postgres/sql.hpp"
 #include "fence/floors.hpp"
+#include "postgres_live.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -40,60 +41,9 @@ namespace pg = fk::store::pg;
 
 namespace {
 
-std::optional<std::string> pg_url() {
-    const char* u = std::getenv("FK_TEST_PG_URL");
-    if (u && *u)
-        return std::string(u);
-    const char* req = std::getenv("FK_REQUIRE_SERVICES");
-    if (req && std::string(req) == "1")
-        FAIL("FK_REQUIRE_SERVICES=1 but FK_TEST_PG_URL is not set");
-    MESSAGE("skipped: FK_TEST_PG_URL is not set");
-    return std::nullopt;
-}
-
-// A plain blocking libpq session beside the store: sets up, inspects, and holds
-// transactions open.
-class session {
-public:
-    explicit session(const std::string& url) : c_(PQconnectdb(url.c_str())) {
-        REQUIRE(PQstatus(c_) == CONNECTION_OK);
-    }
-    ~session() { PQfinish(c_); }
-    session(const session&) = delete;
-    session& operator=(const session&) = delete;
-
-    // Runs `sql` (simple protocol); returns the first column of the first row, if any.
-    std::optional<std::string> exec(const std::string& sql) {
-        PGresult* r = PQexec(c_, sql.c_str());
-        const auto st = PQresultStatus(r);
-        INFO(sql);
-        INFO(PQresultErrorMessage(r));
-        CHECK((st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK));
-        std::optional<std::string> v;
-        if (st == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
-            v = PQgetvalue(r, 0, 0);
-        PQclear(r);
-        return v;
-    }
-    // Every row's columns joined by '|', rows by '\n'.
-    std::string rows(const std::string& sql) {
-        PGresult* r = PQexec(c_, sql.c_str());
-        INFO(sql);
-        INFO(PQresultErrorMessage(r));
-        CHECK(PQresultStatus(r) == PGRES_TUPLES_OK);
-        std::string out;
-        for (int i = 0; i < PQntuples(r); ++i) {
-            for (int j = 0; j < PQnfields(r); ++j)
-                out += (j ? "|" : "") + std::string(PQgetvalue(r, i, j));
-            out += '\n';
-        }
-        PQclear(r);
-        return out;
-    }
-
-private:
-    PGconn* c_;
-};
+// The URL and the plain libpq session of tests/unit/postgres_live.hpp.
+using fk_test_pg::pg_url;
+using fk_test_pg::session;
 
 std::string fresh_schema_name() {
     static std::atomic<int> n{0};

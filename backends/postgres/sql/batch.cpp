@@ -146,30 +146,10 @@ std::string write_batch_sql(std::string_view schema) {
          // The rows to write: fenced, and not the delete of a key that does not exist.
          "  SELECT c.n, c.key, c.lock, c.token, c.is_delete, c.absent, i.body, i.content_type\n"
          "  FROM c JOIN f ON f.lock = c.lock JOIN i ON i.n = c.n\n"
-         "  WHERE NOT (c.is_delete AND NOT c.ex)\n"
-         "), w AS (\n"
-         // Every row updated here was locked by k; a tombstone keeps its version.
-         "  UPDATE @S.resources r SET lock = u.lock,\n"
-         "    body = CASE WHEN u.is_delete THEN NULL ELSE u.body END,\n"
-         "    content_type = CASE WHEN u.is_delete THEN NULL ELSE u.content_type END,\n"
-         "    version = CASE WHEN u.is_delete THEN r.version ELSE r.version + 1 END,\n"
-         "    token = u.token, deleted = u.is_delete,\n"
-         "    created_at = CASE WHEN r.deleted AND NOT u.is_delete THEN now()\n"
-         "                      ELSE r.created_at END,\n"
-         "    updated_at = now()\n"
-         "  FROM u WHERE NOT u.absent AND r.key = u.key\n"
-         "  RETURNING u.n, r.version\n"
-         "), v AS (\n"
-         // New keys, in key order. A key created meanwhile by another transaction is
-         // skipped here and raised below.
-         "  INSERT INTO @S.resources AS r\n"
-         "    (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
-         "  SELECT u.key, u.lock, u.body, u.content_type, 1, u.token, false, now(), now()\n"
-         "  FROM u WHERE u.absent\n"
-         "  ORDER BY u.key COLLATE \"C\"\n"
-         "  ON CONFLICT (key) DO NOTHING\n"
-         "  RETURNING r.key, r.version\n"
-         "), rec AS (\n"
+         "  WHERE NOT (c.is_delete AND NOT c.ex)\n";
+    // w and v: the rows written (fragments.hpp); a key created meanwhile is raised below.
+    s += write_rows_ctes;
+    s += "), rec AS (\n"
          // The records of the keyed rows that applied, in (scope, key) order, with the
          // outcome their replies are rendered from. The one-time filter counts w and v
          // first, so phase N is over before the first record is claimed (phase I).

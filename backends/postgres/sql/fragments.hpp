@@ -76,6 +76,34 @@ inline std::string floor_for(std::string_view lock_expr) {
 inline constexpr std::string_view floor_named =
     "(SELECT h.prefix FROM h WHERE NOT EXISTS (SELECT 1 FROM o WHERE o.token >= h.token))";
 
+// The data step shared by the batch (sql/batch.cpp) and a transaction (sql/txn.cpp):
+// from a CTE u (n, key, lock, token, is_delete, absent, body, content_type) of rows to
+// write, w updates the rows that exist (every one locked by the statement's k; a
+// tombstone keeps its version) and v inserts the absent keys in key order, skipping a key
+// created meanwhile by another transaction (ON CONFLICT DO NOTHING: the statement then
+// finds the row unwritten and raises FKR01). Starts with "), w AS (" and ends after v's
+// RETURNING.
+inline constexpr std::string_view write_rows_ctes =
+    "), w AS (\n"
+    "  UPDATE @S.resources r SET lock = u.lock,\n"
+    "    body = CASE WHEN u.is_delete THEN NULL ELSE u.body END,\n"
+    "    content_type = CASE WHEN u.is_delete THEN NULL ELSE u.content_type END,\n"
+    "    version = CASE WHEN u.is_delete THEN r.version ELSE r.version + 1 END,\n"
+    "    token = u.token, deleted = u.is_delete,\n"
+    "    created_at = CASE WHEN r.deleted AND NOT u.is_delete THEN now()\n"
+    "                      ELSE r.created_at END,\n"
+    "    updated_at = now()\n"
+    "  FROM u WHERE NOT u.absent AND r.key = u.key\n"
+    "  RETURNING u.n, r.version\n"
+    "), v AS (\n"
+    "  INSERT INTO @S.resources AS r\n"
+    "    (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
+    "  SELECT u.key, u.lock, u.body, u.content_type, 1, u.token, false, now(), now()\n"
+    "  FROM u WHERE u.absent\n"
+    "  ORDER BY u.key COLLATE \"C\"\n"
+    "  ON CONFLICT (key) DO NOTHING\n"
+    "  RETURNING r.key, r.version\n";
+
 inline constexpr std::string_view idem_raced_message =
     "a concurrent write committed a record under this Idempotency-Key, retry";
 

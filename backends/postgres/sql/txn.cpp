@@ -110,57 +110,39 @@ std::string txn_sql(std::string_view schema) {
         "  SELECT d.n, d.key, d.lock, d.token, d.kind = 'delete' AS is_delete, d.absent,\n"
         "         i.body, i.content_type\n"
         "  FROM d JOIN i ON i.n = d.n CROSS JOIN ok\n"
-        "  WHERE ok.all_ok AND (d.kind = 'put' OR (d.kind = 'delete' AND d.ex))\n"
-        "), w AS (\n"
-        // Every row updated here was locked by k; a tombstone keeps its version.
-        "  UPDATE @S.resources r SET lock = u.lock,\n"
-        "    body = CASE WHEN u.is_delete THEN NULL ELSE u.body END,\n"
-        "    content_type = CASE WHEN u.is_delete THEN NULL ELSE u.content_type END,\n"
-        "    version = CASE WHEN u.is_delete THEN r.version ELSE r.version + 1 END,\n"
-        "    token = u.token, deleted = u.is_delete,\n"
-        "    created_at = CASE WHEN r.deleted AND NOT u.is_delete THEN now()\n"
-        "                      ELSE r.created_at END,\n"
-        "    updated_at = now()\n"
-        "  FROM u WHERE NOT u.absent AND r.key = u.key\n"
-        "  RETURNING u.n, r.version\n"
-        "), v AS (\n"
-        "  INSERT INTO @S.resources AS r\n"
-        "    (key, lock, body, content_type, version, token, deleted, created_at, updated_at)\n"
-        "  SELECT u.key, u.lock, u.body, u.content_type, 1, u.token, false, now(), now()\n"
-        "  FROM u WHERE u.absent\n"
-        "  ORDER BY u.key COLLATE \"C\"\n"
-        "  ON CONFLICT (key) DO NOTHING\n"
-        "  RETURNING r.key, r.version\n"
-        ")\n"
-        // One row per op, in op order (map_txn_checks). current_token and floor only for
-        // a stale op: the effective fence in the snapshot, and the floor when it is above
-        // the own fence. token: the lock's fence after the transaction; for check the
-        // effective fence it was checked against: the transaction's token when an earlier
-        // op wrote the lock, else the fence before it (a check-only lock's newest, else
-        // the snapshot's).
-        "SELECT d.n, d.mismatch, d.key_lock, d.stale,\n"
-        "       CASE WHEN d.stale THEN greatest(d.own, d.floor_token) END AS current_token,\n"
-        "       CASE WHEN d.stale AND d.floor_token IS NOT NULL\n"
-        "                 AND (d.own IS NULL OR d.own < d.floor_token)\n"
-        "            THEN d.floor_prefix END AS floor,\n"
-        "       d.pre_failed,\n"
-        "       CASE WHEN d.kind <> 'check' THEN d.fenced\n"
-        "            WHEN EXISTS (SELECT 1 FROM i j WHERE j.lock = d.lock AND j.n < d.n\n"
-        "                                             AND j.kind <> 'check') THEN d.token\n"
-        "            WHEN d.writes THEN coalesce(greatest(d.own, d.floor_token), 0)\n"
-        "            ELSE coalesce(greatest(d.fenced, d.floor_token), 0) END AS token,\n"
-        "       CASE WHEN d.kind = 'put' THEN coalesce(w.version, v.version)\n"
-        "            WHEN d.kind = 'delete' THEN CASE WHEN d.ex THEN w.version ELSE 0 END\n"
-        "            WHEN d.kind = 'check_version' THEN d.found_version END AS version,\n"
-        "       d.kind = 'put' AND NOT d.ex AS created,\n"
-        "       CASE WHEN ok.all_ok AND (d.kind = 'put' OR (d.kind = 'delete' AND d.ex))\n"
-        "                 AND w.n IS NULL AND v.key IS NULL\n"
-        "            THEN @S.fk_raise('" +
-        std::string(sqlstate_retry) +
-        "', 'a concurrent write created the key, retry') END\n"
-        "         AS unwritten\n"
-        "FROM d CROSS JOIN ok LEFT JOIN w ON w.n = d.n LEFT JOIN v ON v.key = d.key\n"
-        "ORDER BY d.n";
+        "  WHERE ok.all_ok AND (d.kind = 'put' OR (d.kind = 'delete' AND d.ex))\n";
+    // w and v: the rows written (fragments.hpp).
+    s += write_rows_ctes;
+    s += ")\n"
+         // One row per op, in op order (map_txn_checks). current_token and floor only for
+         // a stale op: the effective fence in the snapshot, and the floor when it is above
+         // the own fence. token: the lock's fence after the transaction; for check the
+         // effective fence it was checked against: the transaction's token when an earlier
+         // op wrote the lock, else the fence before it (a check-only lock's newest, else
+         // the snapshot's).
+         "SELECT d.n, d.mismatch, d.key_lock, d.stale,\n"
+         "       CASE WHEN d.stale THEN greatest(d.own, d.floor_token) END AS current_token,\n"
+         "       CASE WHEN d.stale AND d.floor_token IS NOT NULL\n"
+         "                 AND (d.own IS NULL OR d.own < d.floor_token)\n"
+         "            THEN d.floor_prefix END AS floor,\n"
+         "       d.pre_failed,\n"
+         "       CASE WHEN d.kind <> 'check' THEN d.fenced\n"
+         "            WHEN EXISTS (SELECT 1 FROM i j WHERE j.lock = d.lock AND j.n < d.n\n"
+         "                                             AND j.kind <> 'check') THEN d.token\n"
+         "            WHEN d.writes THEN coalesce(greatest(d.own, d.floor_token), 0)\n"
+         "            ELSE coalesce(greatest(d.fenced, d.floor_token), 0) END AS token,\n"
+         "       CASE WHEN d.kind = 'put' THEN coalesce(w.version, v.version)\n"
+         "            WHEN d.kind = 'delete' THEN CASE WHEN d.ex THEN w.version ELSE 0 END\n"
+         "            WHEN d.kind = 'check_version' THEN d.found_version END AS version,\n"
+         "       d.kind = 'put' AND NOT d.ex AS created,\n"
+         "       CASE WHEN ok.all_ok AND (d.kind = 'put' OR (d.kind = 'delete' AND d.ex))\n"
+         "                 AND w.n IS NULL AND v.key IS NULL\n"
+         "            THEN @S.fk_raise('" +
+         std::string(sqlstate_retry) +
+         "', 'a concurrent write created the key, retry') END\n"
+         "         AS unwritten\n"
+         "FROM d CROSS JOIN ok LEFT JOIN w ON w.n = d.n LEFT JOIN v ON v.key = d.key\n"
+         "ORDER BY d.n";
     return with_schema(s, schema);
 }
 
