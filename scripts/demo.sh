@@ -96,12 +96,27 @@ free_port() {
   die "no free port found"
 }
 
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$tmp" >"$tmp/redis.log" 2>&1 &
-redis_pid=$!
-for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$redis_port" ping >/dev/null 2>&1 || die "redis-server did not start: $(tail -5 "$tmp/redis.log")"
+# A port nobody answers on can still be taken (by another program's outgoing connection,
+# or a listener that starts meanwhile): a Redis that cannot bind exits, and the next
+# attempt takes another port.
+for attempt in 1 2 3 4 5; do
+  redis_port=$(free_port)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$tmp" >"$tmp/redis.log" 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 100); do
+    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+    kill -0 "$redis_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+  if ((attempt < 5)) && grep -q "Address already in use" "$tmp/redis.log"; then
+    wait "$redis_pid" 2>/dev/null || true
+    redis_pid=''
+    continue
+  fi
+  die "redis-server did not start: $(tail -5 "$tmp/redis.log")"
+done
 
 : >"$tmp/fk.out"   # exists before the background job opens it (we read it right away)
 "$bin" --listen 127.0.0.1:0 --store "file:$tmp/data" >>"$tmp/fk.out" 2>"$tmp/fk.err" &
