@@ -812,7 +812,10 @@ net::awaitable<response> post_transaction(call c) {
     // The fingerprint covers the body as sent and the headers that give it meaning, as on
     // the other routes. A Fencing-Token of 0 and none at all hash alike: they differ only
     // for a body with an op without a token, which is refused without one (400 above).
-    const auto id = identity_of(c, lock.value_or(""), token.value->value_or(0), {});
+    // identity_of keeps views: the lock's text must outlive the fingerprint (a temporary
+    // here was a stack-use-after-scope under ASan).
+    const std::string lock_text = lock.value_or("");
+    const auto id = identity_of(c, lock_text, token.value->value_or(0), {});
     auto k = co_await idempotency_of(c, id);
     if (k.failure)
         co_return std::move(*k.failure);

@@ -62,7 +62,7 @@ namespace proxy = fk::proxy;
 namespace fence = fk::fence;
 using fk::errc;
 
-enum class call_kind { put, remove, advance, operation, floor_raise, read };
+enum class call_kind { put, remove, advance, operation, floor_raise, read, transaction };
 
 // One store call as the store saw it, with the state of its key and lock around it.
 struct store_call {
@@ -81,6 +81,11 @@ struct store_call {
     std::optional<std::string> prefix;
     std::optional<fence::token_t> floor_before, floor_after;
     std::size_t floors_before = 0, floors_after = 0; // how many floors the store keeps
+    // transaction: its ops, and the bodies of their keys and fences of their locks around
+    // the call (in op order; nullopt where the op names none).
+    std::vector<st::txn_op> ops;
+    std::vector<std::optional<std::string>> op_bodies_before, op_bodies_after;
+    std::vector<std::optional<fence::token_t>> op_fences_before, op_fences_after;
 };
 
 // Forwards to the in-memory store and records every call.
@@ -152,16 +157,29 @@ public:
         finish(c, r.error, r.replayed);
         co_return r;
     }
-    // Forwarded, not recorded: the invariants below are written for one write per request.
-    // A transaction still runs the whole path (its body parser, the memory store's
-    // transact) under the sanitizers; checking its ops' invariants is not built yet.
+    // Recorded with the state of every key and lock its ops name (check_transaction).
     net::awaitable<st::txn_result> transact(st::txn_request req) override {
-        co_return co_await inner_.transact(std::move(req));
+        auto c = begin(call_kind::transaction, {}, {}, 0);
+        c.ops = req.ops;
+        snapshot(c.ops, c.op_bodies_before, c.op_fences_before);
+        auto r = co_await inner_.transact(std::move(req));
+        snapshot(c.ops, c.op_bodies_after, c.op_fences_after);
+        finish(c, r.error, r.replayed);
+        co_return r;
     }
     bool ready() const noexcept override { return inner_.ready(); }
     void stop() override { inner_.stop(); }
 
 private:
+    void snapshot(const std::vector<st::txn_op>& ops,
+                  std::vector<std::optional<std::string>>& bodies,
+                  std::vector<std::optional<fence::token_t>>& fences) const {
+        for (const auto& op : ops) {
+            bodies.push_back(op.key.empty() ? std::nullopt : inner_.body_of(op.key));
+            fences.push_back(op.op == st::txn_op::kind::check_version ? std::nullopt
+                                                                      : inner_.fence_of(op.lock));
+        }
+    }
     store_call begin(call_kind kind, const std::string& key, const std::string& lock,
                      fence::token_t token) const {
         store_call c;
@@ -287,8 +305,36 @@ void check_error_body(const proxy::response& res, bool head) {
         FK_FUZZ_CHECK(!res[boost::beast::http::field::allow].empty());
 }
 
+// A transaction: all or nothing. Refused or replayed, nothing it names changed; applied,
+// every put's key holds its body, every delete's key none, every lock a put, delete, fence
+// or operation names has a fence of at least its token, and a check moved nothing.
+void check_transaction(const store_call& c) {
+    using kind = st::txn_op::kind;
+    FK_FUZZ_CHECK(c.op_bodies_before.size() == c.ops.size() &&
+                  c.op_bodies_after.size() == c.ops.size());
+    for (std::size_t i = 0; i < c.ops.size(); ++i) {
+        const auto& op = c.ops[i];
+        if (op.op != kind::check_version && c.op_fences_before[i])
+            FK_FUZZ_CHECK(c.op_fences_after[i] >= c.op_fences_before[i]); // never down
+        if (c.result != errc::ok || c.replayed) {
+            FK_FUZZ_CHECK(c.op_bodies_before[i] == c.op_bodies_after[i]);
+            FK_FUZZ_CHECK(c.op_fences_before[i] == c.op_fences_after[i]);
+            continue;
+        }
+        if (op.op == kind::put)
+            FK_FUZZ_CHECK(c.op_bodies_after[i] == op.body);
+        if (op.op == kind::remove)
+            FK_FUZZ_CHECK(!c.op_bodies_after[i].has_value());
+        if (op.op == kind::put || op.op == kind::remove || op.op == kind::fence ||
+            op.op == kind::operation)
+            FK_FUZZ_CHECK(c.op_fences_after[i] && *c.op_fences_after[i] >= op.token);
+    }
+}
+
 // Store-level invariants for every recorded call.
 void check_call(const store_call& c) {
+    if (c.kind == call_kind::transaction)
+        return check_transaction(c);
     if (c.fence_before && c.fence_after)
         FK_FUZZ_CHECK(*c.fence_after >= *c.fence_before); // fences never go down
     if (c.fence_before && !c.lock.empty())
@@ -388,6 +434,17 @@ void check_response(const proxy::request& req, const proxy::response& res,
     for (const auto& c : calls)
         check_call(c);
 
+    // A transaction is its own request kind: one store call, answered 2xx exactly when it
+    // committed (or was replayed), marked Idempotent-Replayed exactly when replayed.
+    for (const auto& c : calls) {
+        if (c.kind != call_kind::transaction)
+            continue;
+        FK_FUZZ_CHECK(calls.size() == 1);
+        FK_FUZZ_CHECK(is_2xx(res) == (c.result == errc::ok));
+        FK_FUZZ_CHECK((res["Idempotent-Replayed"] == "true") ==
+                      (c.result == errc::ok && c.replayed));
+        return;
+    }
     const auto write = write_of(req);
     std::size_t applied = 0, replayed = 0;
     for (const auto& c : calls)
