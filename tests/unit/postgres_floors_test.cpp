@@ -45,88 +45,25 @@ namespace {
 using fk_test_pg::pg_url;
 using fk_test_pg::session;
 
-std::string fresh_schema_name() {
-    static std::atomic<int> n{0};
-    return "fk_floors_" + std::to_string(::getpid()) + "_" + std::to_string(++n);
-}
+using options = fk_test_pg::options;
 
-struct options {
-    std::size_t batch_max = 64;
-    std::size_t batch_concurrency = 2;
-    std::chrono::milliseconds batch_overlap{50};
-    std::size_t fence_cache_size = 0; // off: every answer comes from the database
-};
-
-// A Postgres store on its own io_context thread, in `schema`.
-class pg_store {
+// The shared live store (postgres_live.hpp), with the two operations these tests call.
+class pg_store : public fk_test_pg::pg_store {
 public:
-    pg_store(const std::string& url, const std::string& schema, options o = {}) {
-        fk::config::settings s;
-        s.store = url;
-        s.postgres.schema = schema;
-        s.postgres.pool_size = 6;
-        s.postgres.batch_max = o.batch_max;
-        s.postgres.batch_concurrency = o.batch_concurrency;
-        s.postgres.batch_overlap = o.batch_overlap;
-        s.postgres.fence_cache_size = o.fence_cache_size;
-        s.postgres.statement_timeout = 10s;
-        s.operations["touch"] = fk::config::operation{"SELECT 1 AS one", false};
-        s.operations["slow"] = fk::config::operation{"SELECT 1 AS one FROM pg_sleep(0.6)", false};
-        auto r = open_postgres_store(io_, s);
-        REQUIRE(std::holds_alternative<std::unique_ptr<store>>(r));
-        store_ = std::move(std::get<std::unique_ptr<store>>(r));
-        thread_ = std::thread([this] { io_.run(); });
-        const auto deadline = std::chrono::steady_clock::now() + 20s;
-        while (!store_->ready() && std::chrono::steady_clock::now() < deadline)
-            std::this_thread::sleep_for(10ms);
-        REQUIRE(store_->ready());
-    }
-    ~pg_store() {
-        store_->stop();
-        std::this_thread::sleep_for(100ms);
-        work_.reset();
-        io_.stop();
-        thread_.join();
-        store_.reset();
-    }
-    pg_store(const pg_store&) = delete;
-    pg_store& operator=(const pg_store&) = delete;
-
-    store& operator*() { return *store_; }
-    store* operator->() { return store_.get(); }
-
-    template <class T> std::future<T> spawn(net::awaitable<T> a) {
-        auto p = std::make_shared<std::promise<T>>();
-        auto f = p->get_future();
-        net::co_spawn(io_, std::move(a), [p](std::exception_ptr e, T v) {
-            if (e)
-                p->set_exception(e);
-            else
-                p->set_value(std::move(v));
-        });
-        return f;
-    }
-    template <class T> T run(net::awaitable<T> a) {
-        auto f = spawn(std::move(a));
-        REQUIRE(f.wait_for(30s) == std::future_status::ready);
-        return f.get();
-    }
+    pg_store(const std::string& url, const std::string& schema, options o = {})
+        : fk_test_pg::pg_store(url, schema, with_operations(std::move(o))) {}
 
 private:
-    net::io_context io_;
-    net::executor_work_guard<net::io_context::executor_type> work_{io_.get_executor()};
-    std::unique_ptr<store> store_;
-    std::thread thread_;
+    static options with_operations(options o) {
+        o.operations["touch"] = fk::config::operation{"SELECT 1 AS one", false};
+        o.operations["slow"] = fk::config::operation{"SELECT 1 AS one FROM pg_sleep(0.6)", false};
+        return o;
+    }
 };
 
 // A schema of its own, dropped at the end.
-struct fixture {
-    std::string url;
-    std::string schema = fresh_schema_name();
-    session admin;
-    explicit fixture(std::string u) : url(std::move(u)), admin(url) {}
-    ~fixture() { admin.exec("DROP SCHEMA IF EXISTS \"" + schema + "\" CASCADE"); }
-    std::string table(const std::string& t) const { return "\"" + schema + "\"." + t; }
+struct fixture : fk_test_pg::fixture {
+    explicit fixture(std::string u) : fk_test_pg::fixture(std::move(u), "floors") {}
 };
 
 put_request put_req(std::string key, token_t token, std::optional<idempotency> idem = {}) {

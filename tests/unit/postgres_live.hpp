@@ -88,6 +88,9 @@ struct options {
     std::size_t fence_cache_size = 0; // off: every answer comes from the database
     std::size_t pool_size = 6;
     std::map<std::string, fk::config::operation> operations;
+    // Unset: the settings' defaults.
+    std::optional<std::size_t> batch_concurrency;
+    std::optional<std::chrono::milliseconds> batch_overlap;
 };
 
 // A Postgres store on its own io_context thread, in `schema`.
@@ -100,6 +103,10 @@ public:
         s.postgres.pool_size = static_cast<int>(o.pool_size);
         s.postgres.batch_max = o.batch_max;
         s.postgres.fence_cache_size = o.fence_cache_size;
+        if (o.batch_concurrency)
+            s.postgres.batch_concurrency = *o.batch_concurrency;
+        if (o.batch_overlap)
+            s.postgres.batch_overlap = *o.batch_overlap;
         s.postgres.statement_timeout = 10s;
         s.operations = o.operations;
         auto r = fk::store::open_postgres_store(io_, s);
