@@ -455,8 +455,39 @@ void file_store::release_claims(const std::vector<std::string>& keys) {
 
 void file_store::abandon_staged(pending& p) {
     drop_staged(p);
-    if (p.direct)
-        release_claims({p.key});
+    release_claims(held_claims(p));
+    // Released once: the key may be claimed by another write afterwards.
+    if (p.txn)
+        for (auto& part : p.txn->parts)
+            part.direct = false;
+    p.direct = false;
+}
+
+std::vector<std::string> file_store::held_claims(const pending& p) {
+    std::vector<std::string> keys;
+    if (p.txn) {
+        for (const auto& part : p.txn->parts)
+            if (part.direct)
+                keys.push_back(part.key);
+    } else if (p.direct) {
+        keys.push_back(p.key);
+    }
+    return keys;
+}
+
+int file_store::unplace_parts(pending& t, std::vector<std::string>& claimed) {
+    for (auto& part : t.txn->parts) {
+        if (!part.direct)
+            continue;
+        std::string tmp = tmp_name(part.path.file, unique_suffix());
+        if (::renameat(part.dir->get(), part.path.file.c_str(), part.dir->get(), tmp.c_str()) != 0)
+            return errno;
+        part.tmp = std::move(tmp);
+        part.direct = false;
+        claims_.erase(part.key);
+        std::erase(claimed, part.key);
+    }
+    return 0;
 }
 
 void file_store::drop_staged(pending& p) {
@@ -669,10 +700,10 @@ void file_store::stage_txn_then_enqueue(std::unique_ptr<pending> t,
     for (std::size_t i = 0; i < parts.size() && r.error == errc::ok; ++i) {
         if (parts[i].op != pending::kind::put)
             continue;
-        // Never in place: a part claims its key only in the committer's batch, like any
-        // write that uses a temp file, so a transaction holds no claim while it waits.
+        // A new key's body in place, as for a single put (docs/file-store.md,
+        // "Transactions": the batch moves it aside if the transaction has to wait).
         try {
-            r = stage_put(parts[i], bodies[i], false);
+            r = stage_put(parts[i], bodies[i]);
         } catch (const std::exception& e) {
             r = {};
             r.error = errc::internal;
@@ -680,7 +711,7 @@ void file_store::stage_txn_then_enqueue(std::unique_ptr<pending> t,
         }
     }
     if (r.error != errc::ok) {
-        drop_staged(*t); // every body staged so far
+        abandon_staged(*t); // every body staged so far, and its claims
         staging_done();
         set_failure(*t, r.error, std::move(r.message));
         reply(*t);

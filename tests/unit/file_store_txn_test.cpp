@@ -755,31 +755,110 @@ TEST_CASE("txn: kill -9 at each failpoint leaves all or nothing") {
 // A transaction that names a key whose in-place body (a single put of a new key) is
 // staged and undecided waits for the next batch as a whole, like a single write of that
 // key would: none of its parts is decided before that body is.
-TEST_CASE("txn: deferred as a whole behind an in-place body") {
+// Runs the io_context until `done` or 10 s: a test of a deadlock must end either way.
+template <class Done> void run_until(net::io_context& io, Done done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done() && std::chrono::steady_clock::now() < until) {
+        io.restart();
+        io.poll();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
+TEST_CASE("txn: new keys' bodies are written in place; a single put of one waits for it") {
     fixture f;
     const auto base = detail::enqueued_for_tests();
     std::optional<write_result> single;
     std::optional<txn_result> txn;
     detail::set_commit_hold_for_tests(true);
     net::co_spawn(f.io,
-                  f.s->transact({{put_op("other", "O", 1, "o"), put_op("fresh", "L", 2, "txn")},
+                  f.s->transact({{put_op("other", "O", 1, "o"), put_op("fresh", "L", 2, "txn"),
+                                  put_op("big", "O", 1, large_body)},
                                  std::nullopt}),
                   [&txn](std::exception_ptr, txn_result r) { txn = std::move(r); });
     f.wait_enqueued(base + 1);
-    net::co_spawn(f.io, f.s->put(put_req("fresh", "L", 1, "single")),
+    // Staged at their final paths, not decided yet: no temp file.
+    CHECK(f.temp_files() == 0);
+    CHECK(fs::exists(f.root() / "objects" / "fresh"));
+    // The key is claimed: this put stages a temp file and waits for the transaction's batch.
+    net::co_spawn(f.io, f.s->put(put_req("fresh", "L", 2, "single")),
                   [&single](std::exception_ptr, write_result r) { single = std::move(r); });
     f.wait_enqueued(base + 2);
+    CHECK(f.temp_files() == 1);
     detail::set_commit_hold_for_tests(false);
-    f.io.restart();
-    f.io.run();
+    run_until(f.io, [&] { return single && txn; });
     REQUIRE(single);
     REQUIRE(txn);
-    // The single put (queued second) was decided first; the transaction then overwrote it.
+    REQUIRE(txn->error == errc::ok);
+    CHECK(single->error == errc::ok);
+    CHECK(single->version == 2);
+    CHECK(f.get("fresh").body == "single");
+    CHECK(f.get("other").body == "o");
+    CHECK(f.get("big").body == large_body);
+    CHECK(f.temp_files() == 0);
+    // And they are where a restart finds them.
+    f.reopen();
+    CHECK(f.get("other").body == "o");
+    CHECK(f.get("big").body == large_body);
+}
+
+TEST_CASE("txn: deferred as a whole behind an in-place body, its own moved aside") {
+    fixture f;
+    const auto base = detail::enqueued_for_tests();
+    std::optional<write_result> single;
+    std::optional<txn_result> txn;
+    detail::set_commit_hold_for_tests(true);
+    net::co_spawn(f.io, f.s->put(put_req("fresh", "L", 1, "single")),
+                  [&single](std::exception_ptr, write_result r) { single = std::move(r); });
+    f.wait_enqueued(base + 1);
+    // "other" is written in place, "fresh" (claimed by the single put) to a temp file.
+    net::co_spawn(f.io,
+                  f.s->transact({{put_op("other", "O", 1, "o"), put_op("fresh", "L", 2, "txn")},
+                                 std::nullopt}),
+                  [&txn](std::exception_ptr, txn_result r) { txn = std::move(r); });
+    f.wait_enqueued(base + 2);
+    CHECK(f.temp_files() == 1);
+    detail::set_commit_hold_for_tests(false);
+    run_until(f.io, [&] { return single && txn; });
+    REQUIRE(single);
+    REQUIRE(txn);
+    // The single put (queued first) was decided first; the transaction then overwrote it.
     CHECK(single->error == errc::ok);
     CHECK(single->version == 1);
     REQUIRE(txn->error == errc::ok);
     CHECK(f.get("fresh").body == "txn");
     CHECK(f.get("fresh").version == 2);
     CHECK(f.get("other").body == "o");
+    CHECK(f.temp_files() == 0);
+}
+
+// Each writes a new key in place that the other deletes. Were a waiting transaction to keep
+// its claims, each would wait for the other's in-place body forever.
+TEST_CASE("txn: two transactions with in-place bodies of each other's keys both finish") {
+    fixture f;
+    const auto base = detail::enqueued_for_tests();
+    std::optional<txn_result> t1, t2;
+    detail::set_commit_hold_for_tests(true);
+    net::co_spawn(f.io,
+                  f.s->transact({{put_op("a", "L", 1, "t1"), del_op("b", "L", 1)}, std::nullopt}),
+                  [&t1](std::exception_ptr, txn_result r) { t1 = std::move(r); });
+    f.wait_enqueued(base + 1);
+    net::co_spawn(f.io,
+                  f.s->transact({{put_op("b", "L", 1, "t2"), del_op("a", "L", 1)}, std::nullopt}),
+                  [&t2](std::exception_ptr, txn_result r) { t2 = std::move(r); });
+    f.wait_enqueued(base + 2);
+    CHECK(f.temp_files() == 0); // both in place
+    detail::set_commit_hold_for_tests(false);
+    run_until(f.io, [&] { return t1 && t2; });
+    REQUIRE(t1);
+    REQUIRE(t2);
+    REQUIRE(t1->error == errc::ok);
+    REQUIRE(t2->error == errc::ok);
+    // t1 waited for t2's body of b: t2 committed first (a absent: version 0), then t1.
+    CHECK(t2->results_json ==
+          R"([{"op":"put","key":"b","lock":"L","token":1,"version":1,"created":true},)"
+          R"({"op":"delete","key":"a","lock":"L","token":1,"version":0}])");
+    CHECK(f.get("a").body == "t1");
+    CHECK(f.get("b").error == errc::not_found);
     CHECK(f.temp_files() == 0);
 }

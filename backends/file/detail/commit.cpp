@@ -270,8 +270,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         ~claims_release() { store.release_claims(keys); }
     } release_at_return{*this, claimed};
     for (auto& p : batch)
-        if (p->direct)
-            claimed.push_back(p->key);
+        for (auto& k : held_claims(*p))
+            claimed.push_back(std::move(k));
 
     if (failed_) {
         unlink_tmps();
@@ -283,6 +283,11 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     // 0. An item whose key has a direct body waiting (staged, not yet decided) must not
     //    rename or unlink over it: it waits for the next batch. Every other put or delete
     //    claims its key, so no direct body is created there until this batch is applied.
+    //    A transaction is one item: deferred when any part's key has another item's direct
+    //    body waiting, else every part's key claimed. Deferred, it holds no claim: its own
+    //    direct bodies move to temp names first (unplace_parts). Only items that wait
+    //    nowhere hold claims, so no two items ever wait for each other.
+    std::vector<std::unique_ptr<pending>> unplace_failed;
     {
         std::deque<std::unique_ptr<pending>> now;
         std::lock_guard lock(claims_mutex_);
@@ -291,18 +296,26 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         };
         for (auto& p : batch) {
             if (p->txn) {
-                // As one item: deferred when any part's key has a direct body waiting,
-                // else every part's key claimed.
                 const auto& parts = p->txn->parts;
                 if (std::any_of(parts.begin(), parts.end(), [&](const pending& part) {
                         auto c = claims_.find(part.key);
-                        return names_key(part) && c != claims_.end() && c->second;
+                        return names_key(part) && !part.direct && c != claims_.end() && c->second;
                     })) {
+                    if (int err = unplace_parts(*p, claimed); err != 0) {
+                        // Answered now, its bodies dropped; its remaining claims go with
+                        // the batch's.
+                        drop_staged(*p);
+                        set_failure(*p, errc::unavailable,
+                                    errno_text("moving a staged body aside", err));
+                        unplace_failed.push_back(std::move(p));
+                        continue;
+                    }
                     deferred_.push_back(std::move(p));
                     continue;
                 }
                 for (const auto& part : parts)
-                    if (names_key(part) && claims_.try_emplace(part.key, false).second)
+                    if (names_key(part) && !part.direct &&
+                        claims_.try_emplace(part.key, false).second)
                         claimed.push_back(part.key);
             } else if (names_key(*p) && !p->direct) {
                 auto [c, fresh] = claims_.try_emplace(p->key, false);
@@ -317,6 +330,8 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         }
         batch.swap(now);
     }
+    for (auto& p : unplace_failed)
+        reply(*p);
     if (batch.empty())
         return;
     commit_sizes_.observe(batch.size());

@@ -111,7 +111,7 @@ struct pending {
 };
 
 struct txn_state {
-    // One item per op, in op order (never `direct`: a part always stages a temp file).
+    // One item per op, in op order; a put of a new key is `direct`, as a single put is.
     // Parts are accepted together, when the whole transaction is.
     std::vector<pending> parts;
     std::vector<txn_op> ops; // the request's ops without their bodies: for the results text
@@ -225,8 +225,15 @@ private:
     // Removes a staged body that will not be committed (its temp file, or the direct
     // body at its final path; a transaction's: every part's); releases nothing.
     static void drop_staged(pending& p);
-    // drop_staged, plus the claim of a direct body: for an item that never reaches a batch.
+    // drop_staged, plus held_claims(p), which it then holds no more: for an item that
+    // never reaches a batch.
     void abandon_staged(pending& p);
+    // The claims `p` took before its batch: a direct body's, a transaction's direct parts'.
+    static std::vector<std::string> held_claims(const pending& p);
+    // A transaction about to wait for another item's direct body gives up its own claims
+    // first: each direct part's body is renamed to a temp name and its claim released
+    // (claims_mutex_ held). 0, or the errno of a failed rename (the part stays direct).
+    int unplace_parts(pending& t, std::vector<std::string>& claimed);
 
     // A reader for the calling pool thread, returned when the lease ends.
     struct reader_lease {
