@@ -235,6 +235,7 @@ cleanup() {
         runuser -u postgres -- "$pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1
     fi
     rm -rf "$tmp"
+    [[ -n ${shm_dir:-} ]] && rm -rf "$shm_dir"
     exit $rc
 }
 trap cleanup EXIT
@@ -321,6 +322,13 @@ stale_url="$pg_url" stale_url_prev="$pg_url"
 start_fk stale --store "$stale_url"
 start_fk file --store "file:$tmp/filestore"      # F
 start_fk health --store "file:$tmp/healthstore"  # H
+# T's second file store, on tmpfs: there a new file costs microseconds, so its row shows
+# what the code costs where the file system's inode allocation does not dominate.
+shm_dir=""
+if want T && [[ "$(stat -f -c %T /dev/shm 2>/dev/null)" == tmpfs ]]; then
+    shm_dir="$(mktemp -d /dev/shm/fk-bench.XXXXXX)"
+    start_fk filetmpfs --store "file:$shm_dir/store"  # F on tmpfs, T only
+fi
 if [[ -n $fk_prev ]]; then   # the same, with REV's build (--baseline-rev)
     mkdir -p "$tmp/filestore-prev" "$tmp/healthstore-prev"
     # shellcheck disable=SC2086
@@ -618,6 +626,18 @@ txn_tsv="$results/txn.tsv"
 printf 'store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\n' >"$txn_tsv"
 txn_ops=10
 txn_clients="1 8"
+# create_probe DIR STORE ROUND: what creating a new file with a body costs on DIR's file
+# system now (scripts/bench/create_probe.py). A transaction of 10 new keys creates 10
+# files where a single PUT creates one, so no one-file-per-key store can make its latency
+# lower than a PUT's + 9 × this (docs/benchmarks.md, "Transactions").
+create_tsv="$results/create.tsv"
+printf 'store\tround\tus_per_file\n' >"$create_tsv"
+create_probe() {
+    local us
+    us="$(python3 scripts/bench/create_probe.py "$1/create-probe-r$3" "$body_bytes")"
+    printf '%s\t%s\t%s\n' "$2" "$3" "$us" >>"$create_tsv"
+    printf '   T %s round %s  a new file: %s us\n' "$2" "$3" "$us" >&2
+}
 # txn_side STORE PID PORT CLIENTS ROUND MODE(put|txn) LUA ARGS...: one wrk run, in txn.tsv.
 txn_side() {
     local st=$1 pid=$2 port=$3 c=$4 r=$5 mode=$6; shift 6
@@ -736,7 +756,16 @@ for r in $(seq "$rounds"); do
     want T && for c in $txn_clients; do
         txn_runs P "$fk_pid_pg" "$fk_port_pg" "$c" "$r"
         txn_runs F "$fk_pid_file" "$fk_port_file" "$c" "$r"
+        if [[ -n $shm_dir ]]; then
+            txn_runs F-tmpfs "$fk_pid_filetmpfs" "$fk_port_filetmpfs" "$c" "$r"
+        fi
     done
+    if want T; then
+        create_probe "$tmp" F "$r"
+        if [[ -n $shm_dir ]]; then
+            create_probe "$shm_dir" F-tmpfs "$r"
+        fi
+    fi
     want H && for c in $clients; do
         prev_side H "$c" "$r" PREV 2xx
         fk_side H "$fk_pid_health" "$fk_port_health" "$c" "$r" 2xx

@@ -30,7 +30,7 @@ NORMAL = {
 NORMAL_CEILING = {32: (20076, 16), 128: (40666, 60)}
 
 
-def write_results(d, rows, ceiling=(), idem=(), txn=()):
+def write_results(d, rows, ceiling=(), idem=(), txn=(), create=()):
     """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate);
     idem: (store, clients, round, mode, rate)."""
     with open(os.path.join(d, "results.tsv"), "w") as f:
@@ -51,6 +51,11 @@ def write_results(d, rows, ceiling=(), idem=(), txn=()):
             f.write("store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\n")
             for st, c, rnd, mode, rate in txn:
                 f.write("%s\t%d\t%d\t%s\t%.1f\t30.0\t1000\t0\n" % (st, c, rnd, mode, rate))
+    if create:
+        with open(os.path.join(d, "create.tsv"), "w") as f:
+            f.write("store\tround\tus_per_file\n")
+            for st, rnd, us in create:
+                f.write("%s\t%d\t%.1f\n" % (st, rnd, us))
     with open(os.path.join(d, "meta.tsv"), "w") as f:
         f.write("command\tbash scripts/bench.sh --quick\nrounds\t1\nduration\t3\n")
 
@@ -72,10 +77,10 @@ def replace(rows, scen, c, rnd, side, rate):
 
 
 class Report:
-    def __init__(self, rows, ceiling=(), idem=(), txn=()):
+    def __init__(self, rows, ceiling=(), idem=(), txn=(), create=()):
         d = tempfile.mkdtemp(prefix="fk-report-test-")
         try:
-            write_results(d, rows, ceiling, idem, txn)
+            write_results(d, rows, ceiling, idem, txn, create)
             p = subprocess.run([sys.executable, REPORT, d, "0"], capture_output=True,
                                text=True, timeout=120)
             if p.returncode != 0:
@@ -235,8 +240,34 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(len(rows), 1)
         cells = [x.strip() for x in rows[0].strip().strip("|").split("|")]
         self.assertEqual(cells[3:8], ["500", "200", "2.00 ms / 5.00 ms", "**2.50**", "2.00–3.33"])
-        self.assertEqual(cells[10], "2,000")
+        self.assertEqual(cells[10:13], ["—", "—", "2,000"])
         self.assertNotIn("## Transactions", Report(normal_rows(scens="H")).md)
+
+    def test_transaction_floor_from_the_new_file_probe(self):
+        # F at 1 client: 1000 PUTs/s (1 ms) and 200 transactions/s (ratio 5, MISS); a new
+        # file cost 100, 300, 500 µs → floors 1 + 9 × 0.1, 0.3, 0.5 ms ÷ 1 ms = 1.9, 3.7,
+        # 5.5: median 3.7 > 3, out of reach. F-tmpfs: 2000 vs 1000/s (2.0), 20 µs per file
+        # (floor 1.36), and no verdict of its own.
+        txn, create = [], []
+        for rnd, us in enumerate((100, 300, 500), 1):
+            txn += [("F", 1, rnd, "put", 1000), ("F", 1, rnd, "txn", 200),
+                    ("F-tmpfs", 1, rnd, "put", 2000), ("F-tmpfs", 1, rnd, "txn", 1000)]
+            create += [("F", rnd, us), ("F-tmpfs", rnd, 20)]
+        r = Report(normal_rows(scens="H"), txn=txn, create=create)
+        v = r.verdicts()
+        self.assertEqual(v["T F: a 10-op transaction's latency ÷ a PUT's at 1 client ≤ 3"], ("5.00", "**MISS**"))
+        self.assertFalse([t for t in v if t.startswith("T F-tmpfs")])
+        sec = r.section("Transactions").splitlines()
+        f_row = [x.strip() for x in next(l for l in sec if l.startswith("| T | F | 1 |")).strip().strip("|").split("|")]
+        self.assertEqual(f_row[6], "**5.00**")
+        self.assertEqual(f_row[9], "**MISS** (out of reach on this file system: floor 3.70)")
+        self.assertEqual(f_row[10:12], ["3.70", "300"])
+        m_row = [x.strip() for x in next(l for l in sec if l.startswith("| T | F-tmpfs | 1 |")).strip().strip("|").split("|")]
+        self.assertEqual(m_row[6], "**2.00**")
+        self.assertEqual(m_row[8:12], ["—", "", "1.36", "20"])
+        # The rows come in the order P, F, F-tmpfs.
+        self.assertLess(sec.index(next(l for l in sec if l.startswith("| T | F | 1 |"))),
+                        sec.index(next(l for l in sec if l.startswith("| T | F-tmpfs | 1 |"))))
 
 
 if __name__ == "__main__":
