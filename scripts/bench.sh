@@ -475,6 +475,10 @@ batch_counts() {
         END { printf "%d %d\n", s, n }'
 }
 
+# wal_syncs -> "WAL_FSYNCS FSYNC_MS" of P's Postgres (pg_stat_wal; the time only with
+# track_wal_io_timing, which the profile turns on)
+wal_syncs() { psql_ -d postgres -tA -F' ' -c "SELECT wal_sync, wal_sync_time FROM pg_stat_wal"; }
+
 # ceiling_side CLIENTS ROUND "SUM0 COUNT0" "SUM1 COUNT1": P's database ceiling. The batch
 # statement alone (scripts/bench/pg_batch_ceiling.cpp), one batch at a time over one
 # connection, in batches of the mean size fencekeeper formed in this round's P run at
@@ -666,6 +670,44 @@ txn_runs() {
     fi
 }
 
+# txn_mix ROUND: do P's transactions share WAL flushes with its group-commit batches? Two
+# runs, in alternating order: single PUTs at 8 clients alone ("puts"), and the same with
+# one client sending 10-op transactions beside them ("mix"). Each records the batches
+# fencekeeper committed (its batch histogram: transactions are not batches), the
+# transactions, and Postgres' WAL fsyncs (pg_stat_wal) into mix.tsv; report.py derives
+# the WAL fsyncs per transaction beyond what the batches needed (docs/benchmarks.md).
+mix_tsv="$results/mix.tsv"
+printf 'round\tside\tput_rate\ttxn_rate\tbatches\ttxns\twal_syncs\tnon2xx\n' >"$mix_tsv"
+txn_mix() {
+    local r=$1 side sides=(puts mix)
+    ((r % 2)) || sides=(mix puts)
+    for side in "${sides[@]}"; do
+        local b0 w0 b1 w1 wp=""
+        local prps preq pnon perr trps=0 treq=0 tnon=0 terr=0
+        read -r _ b0 < <(batch_counts "$fk_port_pg")
+        read -r w0 _ < <(wal_syncs)
+        if [[ $side == mix ]]; then
+            run_wrk "http://127.0.0.1:$fk_port_pg/" 1 txn "tmt$r" "$body_bytes" "$txn_ops" \
+                >"$tmp/mix-txn.out" &
+            wp=$!
+        fi
+        read -r prps preq pnon perr < <(run_wrk "http://127.0.0.1:$fk_port_pg/" 8 put \
+            "tm${side:0:1}$r" "$body_bytes")
+        if [[ -n $wp ]]; then
+            wait "$wp"
+            read -r trps treq tnon terr <"$tmp/mix-txn.out"
+        fi
+        read -r _ b1 < <(batch_counts "$fk_port_pg")
+        read -r w1 _ < <(wal_syncs)
+        ((pnon + tnon == 0 && perr + terr == 0)) ||
+            problem "T mix $side round $r: $((pnon + tnon)) non-2xx answers, $((perr + terr)) socket errors"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$side" "$prps" "$trps" "$((b1 - b0))" \
+            "$treq" "$((w1 - w0))" "$((pnon + tnon))" >>"$mix_tsv"
+        printf '   T mix round %s  %-4s %8.1f PUTs/s %6.1f txn/s  %s batches %s WAL fsyncs\n' \
+            "$r" "$side" "$prps" "$trps" "$((b1 - b0))" "$((w1 - w0))" >&2
+    done
+}
+
 # --- S: prime the fences ------------------------------------------------------------
 # Every stale key/lock gets one accepted write with a high token, so that the stale run's
 # token 1 is below the fence and the key is known to belong to its lock.
@@ -761,6 +803,7 @@ for r in $(seq "$rounds"); do
         fi
     done
     if want T; then
+        txn_mix "$r"
         create_probe "$tmp" F "$r"
         if [[ -n $shm_dir ]]; then
             create_probe "$shm_dir" F-tmpfs "$r"
@@ -999,7 +1042,6 @@ batch_metrics() {   # PORT -> "batches writes"
         $1 == "fencekeeper_store_batch_size_sum" { s = $2 }
         END { printf "%d %d\n", c, s }'
 }
-wal_syncs() { psql_ -d postgres -tA -F' ' -c "SELECT wal_sync, wal_sync_time FROM pg_stat_wal"; }
 # perf_split FILE [COMM] -> "name pct, name pct, ..." (the largest shares: without COMM, of
 # all samples by process; with COMM, of that command's samples by library). perf's own
 # --comm filter is not used: it drops kernel samples from a by-library view.

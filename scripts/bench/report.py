@@ -387,6 +387,55 @@ if txn_rows:
             f"{f'**{x[0]:.2f}**' if x else '—'} | {f'{x[1]:.2f}–{x[2]:.2f}' if x else '—'} | {tgt} | "
             f"{verdict} | {f'{floor:.2f}' if floor is not None else '—'} | "
             f"{f'{new_file:.0f}' if new_file is not None else '—'} | {fmt_rate(10 * tx) if tx else '—'} | {cpus} |")
+    # mix.tsv: P's PUTs at 8 clients alone ("puts") and with a client of transactions
+    # beside them ("mix"), per round. fsyncs per batch in "puts" is what the batches need
+    # alone; what "mix" has beyond its batches × that, per transaction, is what the
+    # transactions added: 1 if each committed with a WAL fsync of its own, 0 if every one
+    # rode on a batch's.
+    mix_rows = tsv("mix.tsv")
+    mix_text = ""
+    if mix_rows:
+        by_round = {}
+        for r in mix_rows:
+            by_round.setdefault(r["round"], {})[r["side"]] = r
+        mlines = []
+        mout = mlines.append
+        mout("| round | side | PUTs/s | transactions/s | batches | transactions | WAL fsyncs "
+             "| commits per WAL fsync | WAL fsyncs per transaction beyond the batches' |")
+        mout("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        extras = []
+        for rd in sorted(by_round, key=int):
+            sides = by_round[rd]
+            f0 = None
+            if "puts" in sides and int(sides["puts"]["batches"]) > 0:
+                f0 = int(sides["puts"]["wal_syncs"]) / int(sides["puts"]["batches"])
+            for side in ("puts", "mix"):
+                if side not in sides:
+                    continue
+                m = sides[side]
+                b, t, w = int(m["batches"]), int(m["txns"]), int(m["wal_syncs"])
+                per = f"{(b + t) / w:.2f}" if w else "—"
+                extra = "—"
+                if side == "mix" and f0 is not None and t > 0:
+                    e = (w - f0 * b) / t
+                    extras.append(e)
+                    extra = f"{e:.2f}"
+                mout(f"| {rd} | {side} | {fmt_rate(float(m['put_rate'] or 0))} | "
+                     f"{fmt_rate(float(m['txn_rate'] or 0)) if side == 'mix' else '—'} | {b:,} | "
+                     f"{t:,} | {w:,} | {per} | {extra} |")
+        med_extra = f"{statistics.median(extras):.2f}" if extras else "—"
+        mix_text = f"""
+**Transactions beside group commit (P).** In every round, P's fencekeeper gets single
+`PUT`s at 8 clients for {meta.get('duration', '?')} s alone ("puts"), and the same with one
+client sending 10-op transactions beside them ("mix"), in alternating order. Batches
+are fencekeeper's group-commit batches (its `fencekeeper_store_batch_size` count; a
+transaction is not one), WAL fsyncs are Postgres' (`pg_stat_wal.wal_sync`). The last
+column is the mix's WAL fsyncs beyond its batches × the fsyncs per batch of the puts
+alone, per transaction: 1 would mean each transaction's commit paid a WAL fsync of its
+own, 0 that every one shared a batch's. Median: **{med_extra}**.
+
+{chr(10).join(mlines)}
+"""
     txn_text = f"""
 ## Transactions
 
@@ -404,7 +453,7 @@ keeps a file per key can bring the ratio below the floor, 1 + 9 × that ÷ a `PU
 latency.
 
 {chr(10).join(lines)}
-"""
+{mix_text}"""
 
 
 def median_of(vals):

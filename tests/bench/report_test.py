@@ -30,7 +30,7 @@ NORMAL = {
 NORMAL_CEILING = {32: (20076, 16), 128: (40666, 60)}
 
 
-def write_results(d, rows, ceiling=(), idem=(), txn=(), create=()):
+def write_results(d, rows, ceiling=(), idem=(), txn=(), create=(), mix=()):
     """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate);
     idem: (store, clients, round, mode, rate)."""
     with open(os.path.join(d, "results.tsv"), "w") as f:
@@ -51,6 +51,12 @@ def write_results(d, rows, ceiling=(), idem=(), txn=(), create=()):
             f.write("store\tclients\tround\tmode\trate\tcpu_us_per_req\trequests\tnon2xx\n")
             for st, c, rnd, mode, rate in txn:
                 f.write("%s\t%d\t%d\t%s\t%.1f\t30.0\t1000\t0\n" % (st, c, rnd, mode, rate))
+    if mix:
+        with open(os.path.join(d, "mix.tsv"), "w") as f:
+            f.write("round\tside\tput_rate\ttxn_rate\tbatches\ttxns\twal_syncs\tnon2xx\n")
+            for rnd, side, batches, txns, wal in mix:
+                f.write("%d\t%s\t5000.0\t%.1f\t%d\t%d\t%d\t0\n"
+                        % (rnd, side, txns / 10.0, batches, txns, wal))
     if create:
         with open(os.path.join(d, "create.tsv"), "w") as f:
             f.write("store\tround\tus_per_file\n")
@@ -77,10 +83,10 @@ def replace(rows, scen, c, rnd, side, rate):
 
 
 class Report:
-    def __init__(self, rows, ceiling=(), idem=(), txn=(), create=()):
+    def __init__(self, rows, ceiling=(), idem=(), txn=(), create=(), mix=()):
         d = tempfile.mkdtemp(prefix="fk-report-test-")
         try:
-            write_results(d, rows, ceiling, idem, txn, create)
+            write_results(d, rows, ceiling, idem, txn, create, mix)
             p = subprocess.run([sys.executable, REPORT, d, "0"], capture_output=True,
                                text=True, timeout=120)
             if p.returncode != 0:
@@ -268,6 +274,25 @@ class VerdictTest(unittest.TestCase):
         # The rows come in the order P, F, F-tmpfs.
         self.assertLess(sec.index(next(l for l in sec if l.startswith("| T | F | 1 |"))),
                         sec.index(next(l for l in sec if l.startswith("| T | F-tmpfs | 1 |"))))
+
+    def test_transactions_beside_group_commit(self):
+        # puts alone: 1000 batches, 800 fsyncs (0.8 per batch). mix: 900 batches and 500
+        # transactions with 970, 1220, 720 fsyncs → beyond 900 × 0.8 = 720: 250, 500, 0
+        # → 0.5, 1.0, 0.0 per transaction (median 0.50).
+        txn = [("P", 1, 1, "put", 500), ("P", 1, 1, "txn", 250)]
+        mix = []
+        for rnd, wal in enumerate((970, 1220, 720), 1):
+            mix += [(rnd, "puts", 1000, 0, 800), (rnd, "mix", 900, 500, wal)]
+        r = Report(normal_rows(scens="H"), txn=txn, mix=mix)
+        sec = r.section("Transactions")
+        self.assertIn("Median: **0.50**", sec)
+        rows = [[x.strip() for x in l.strip().strip("|").split("|")]
+                for l in sec.splitlines() if re.match(r"^\| [0-9]+ \| (puts|mix) \|", l)]
+        self.assertEqual(len(rows), 6)
+        self.assertEqual(rows[0][1:], ["puts", "5,000", "—", "1,000", "0", "800", "1.25", "—"])
+        self.assertEqual(rows[1][1:], ["mix", "5,000", "50", "900", "500", "970", "1.44", "0.50"])
+        self.assertEqual(rows[3][8], "1.00")
+        self.assertEqual(rows[5][8], "0.00")
 
 
 if __name__ == "__main__":
