@@ -653,6 +653,62 @@ def console_steps(text):
     return steps
 
 
+def test_unauthenticated_transaction_turned_away_at_the_head(store):
+    """Without credentials a transaction gets 401 from its request head: the proxy does not
+    wait for the body it announced, and nothing is written."""
+    token = "txn-" + fk.rand_name(24)
+    p = start(store, env={"FENCEKEEPER_AUTH_TOKEN": token})
+    auth = {"Authorization": "Bearer " + token}
+    body = json.dumps({"ops": [put_op("guarded", 1, "x", lock="G")]}).encode()
+    with fk.RawConn(p.host, p.port) as conn:
+        # A head announcing 1 MB, and no body at all: the answer cannot wait for it.
+        conn.send_raw(b"POST /v1/transactions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n")
+        r = conn.read_response(timeout=5)
+        eq(r.status, 401, "no credentials")
+        eq(r.json().get("error"), "unauthorized", "error code")
+    for headers in ({}, {"Authorization": "Bearer wrong-" + token}):
+        r = p.request("POST", "/v1/transactions", headers=dict(headers, **{
+            "Content-Type": "application/json"}), body=body)
+        eq((r.status, r.json().get("error")), (401, "unauthorized"), "refused: %r" % headers)
+    eq(p.request("GET", "/v1/resources/guarded", headers=auth).status, 404, "nothing written")
+    eq(p.request("GET", "/v1/fences/G", headers=auth).status, 404, "no fence")
+    r = p.request("POST", "/v1/transactions",
+                  headers=dict(auth, **{"Content-Type": "application/json"}), body=body)
+    eq(r.status, 200, "with credentials: %r" % r)
+    p.stop()
+
+
+def run_console_block(p, text, curl):
+    """Runs a doc's console block against proxy `p` (only the address changed) and checks
+    each command's output: JSON compared as JSON, anything else as text."""
+    for cmd, expected in console_steps(text):
+        cmd = cmd.replace("curl ", curl + " -sS ", 1).replace(
+            "127.0.0.1:8080", "%s:%d" % (p.host, p.port))
+        got = fk.subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30)
+        eq(got.returncode, 0, "%s: exit status (%s)" % (cmd, got.stderr))
+        try:
+            want = json.loads(expected)
+        except ValueError:
+            eq(got.stdout.strip(), expected.strip(), "the output of %s" % cmd)
+        else:
+            eq(json.loads(got.stdout), want, "the output of %s" % cmd)
+
+
+def test_report_example_from_the_docs(store):
+    """docs/api.md's first transaction example, run as written on a fresh store."""
+    curl = fk.require_tool("curl")
+    blocks = doc_block("docs/api.md", "txn-example")
+    eq([lang for lang, _ in blocks], ["console"], "the example's blocks")
+    p = start(store)
+    try:
+        run_console_block(p, blocks[0][1], curl)
+        eq(p.get("reports/2026-12-02.csv").status, 404, "the zombie's report")
+        eq(p.get("reports/index.json").etag, '"2"', "the index after the example")
+    finally:
+        p.stop()
+
+
 def test_pg_ledger_example_from_the_docs():
     """docs/api.md's ledger example, run as written: its table in a fresh database, its
     config, its curl commands (only the address changed) and their shown outputs."""
@@ -671,13 +727,7 @@ def test_pg_ledger_example_from_the_docs():
         p = start(store, config=json.loads(blocks[1][1]))
         try:
             for _, text in blocks[2:]:
-                for cmd, expected in console_steps(text):
-                    cmd = cmd.replace("curl ", curl + " -sS ", 1).replace(
-                        "127.0.0.1:8080", "%s:%d" % (p.host, p.port))
-                    got = fk.subprocess.run(["bash", "-c", cmd], capture_output=True, text=True,
-                                            timeout=30)
-                    eq(got.returncode, 0, "%s: exit status (%s)" % (cmd, got.stderr))
-                    eq(json.loads(got.stdout), json.loads(expected), "the output of %s" % cmd)
+                run_console_block(p, text, curl)
             rows = fk.psql("SELECT account, amount, payment FROM ledger ORDER BY id", url=db_url)
             eq(rows.split(), ["7|-25.00|pay-8812"], "the ledger after the example")
             eq(p.get("receipts/pay-8813.json").status, 404, "the zombie's receipt")
