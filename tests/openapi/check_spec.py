@@ -6,9 +6,15 @@
   - the routes: docs/api.md's route table and the spec's operations are the same
     (method, path) pairs, and each path's methods are what proxy/router.cpp allows
     (the spec's Allow values);
-  - every component is referenced (Redocly's own check cannot see x-fencekeeper-unrouted).
-Prints what differs and exits 1, or prints "spec check: ok". Uses python3-yaml."""
+  - every component is referenced (Redocly's own check cannot see x-fencekeeper-unrouted);
+  - every JSON answer docs/api.md and the README show (after a `$ curl`, or an error in
+    a json block) is one the spec documents;
+  - the validator the integration tests use (tests/integration/openapi_validate.py)
+    accepts documented answers and refuses undocumented ones.
+Prints what differs and exits 1, or prints "spec check: ok". Uses python3-yaml and
+python3-jsonschema."""
 
+import json
 import os
 import re
 import sys
@@ -21,6 +27,109 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 def read(rel):
     with open(os.path.join(REPO, rel), encoding="utf-8") as f:
         return f.read()
+
+
+def load_validator():
+    sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+    import openapi_validate
+    return openapi_validate.Spec(os.path.join(REPO, "docs", "openapi.yaml"))
+
+
+def curl_examples(text):
+    """(where, method, target, status or None, body) for each JSON line a `$ curl`
+    command in a console block of `text` shows."""
+    out = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        lines = block.replace("\\\n", " ").split("\n")
+        cmd = None
+        status = None
+        open_quote = False
+        for line in lines:
+            if open_quote:   # a quoted argument over several lines
+                cmd += " " + line
+                open_quote = cmd.count("'") % 2 == 1
+                continue
+            if line.startswith("$ "):
+                cmd, status = line[2:], None
+                open_quote = cmd.count("'") % 2 == 1
+                continue
+            if cmd is None or not cmd.startswith("curl "):
+                continue
+            m = re.match(r"HTTP/1\.[01] (\d{3})", line)
+            if m:
+                status = int(m.group(1))
+            if not line.startswith("{"):
+                continue
+            method = re.search(r"-X (\w+)", cmd)
+            method = method.group(1) if method else ("POST" if re.search(r" -d |--data", cmd) else "GET")
+            url = re.search(r"'?(?:https?://)?(?:127\.0\.0\.1|localhost):\d+(/[^' ]*)'?", cmd)
+            out.append((cmd[:60], method, url.group(1), status, line))
+    return out
+
+
+def check_examples(api_status):
+    """Every JSON answer docs/api.md and the README show is one the spec documents."""
+    problems = []
+    spec = load_validator()
+    shown = 0
+    for doc in ("docs/api.md", "README.md"):
+        text = read(doc)
+        for where, method, target, status, line in curl_examples(text):
+            body = json.loads(line)
+            if status is None:
+                status = int(api_status.get(body.get("error"), 200)) if isinstance(body, dict) else 200
+            p = spec.check(method, target, status, None, line.encode())
+            shown += 1
+            if p:
+                problems.append("%s: the example of `%s`: %s" % (doc, where, p))
+        for block in re.findall(r"```json\n(.*?)```", text, re.S):
+            for line in block.strip().split("\n"):
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue   # a sketch such as {"error": "CODE", ...}
+                if isinstance(value, dict) and "error" in value:
+                    shown += 1
+                    p = spec.error_problem(value)
+                    if p:
+                        problems.append("%s: the error example %s: %s" % (doc, line[:80], p))
+    if shown < 20:
+        problems.append("only %d examples found in docs/api.md and the README" % shown)
+    return problems
+
+
+def self_test():
+    """The validator the integration tests use must refuse what the spec does not say."""
+    spec = load_validator()
+    rid = ("X-Request-Id", "t")
+    js = ("Content-Type", "application/json")
+    put = '{"key":"a","lock":"a","token":5,"version":1}'
+    good = [("PUT", "/v1/resources/a", 201, [rid, js, ("ETag", '"1"')], put),
+            ("GET", "/nope", 404, [rid, js], '{"error":"not_found","message":"m"}'),
+            # A stored body is any bytes, also when it was stored as JSON.
+            ("GET", "/v1/resources/a", 200,
+             [rid, js, ("ETag", '"1"'), ("Fencing-Token", "5"), ("Fencing-Lock", "a")], '{"a":1}'),
+            ("POST", "/v1/resources/a", 405, [rid, js, ("Allow", "GET, HEAD, PUT, DELETE")],
+             '{"error":"method_not_allowed","message":"m"}')]
+    bad = [("PUT", "/v1/resources/a", 201, [rid, js, ("ETag", '"1"')], put[:-1] + ',"x":1}'),
+           ("PUT", "/v1/resources/a", 201, [rid, js], put),
+           ("PUT", "/v1/resources/a", 201, [js, ("ETag", '"1"')], put),
+           ("PUT", "/v1/resources/a", 404, [rid, js], '{"error":"not_found","message":"m"}'),
+           ("PUT", "/v1/resources/a", 409, [rid, js], '{"error":"stale","message":"m"}'),
+           ("PUT", "/v1/resources/a", 400, [rid, js], '{"error":"invalid_request"}'),
+           ("GET", "/healthz", 401, [rid, js], '{"error":"unauthorized","message":"m"}'),
+           ("GET", "/metrics", 200, [rid, js], '{}'),
+           ("POST", "/v1/transactions", 409, [rid, js],
+            '{"current_token":2,"error":"stale_token","lock":"l","message":"m","token":1}')]
+    problems = []
+    for m, t, st, h, b in good:
+        p = spec.check(m, t, st, h, b.encode())
+        if p:
+            problems.append("self-test: a documented answer refused: " + p)
+    for m, t, st, h, b in bad:
+        if spec.check(m, t, st, h, b.encode()) is None:
+            problems.append("self-test: an undocumented answer passed: %s %s %d %s %s" % (m, t, st, h, b))
+    return problems
 
 
 def main():
@@ -125,11 +234,15 @@ def main():
             if not used:
                 problems.append("components/%s/%s is never used" % (kind, name))
 
+    problems += check_examples(api_status)
+    problems += self_test()
+
     for p in problems:
         print("spec check: " + p)
     if problems:
         return 1
-    print("spec check: ok (%d error codes, %d routes)" % (len(enum), len(spec_routes)))
+    print("spec check: ok (%d error codes, %d routes, the docs' examples, the validator)"
+          % (len(enum), len(spec_routes)))
     return 0
 
 
