@@ -3,7 +3,11 @@
 #   install-deps.sh build   compiler, CMake and libraries (enough for scripts/run.sh)
 #   install-deps.sh test    build + Postgres, Redis, etcd, curl, clang, faketime,
 #                           python3-prometheus-client and wrk (scripts/test.sh;
-#                           test_file_scale.py writes its keys with wrk)
+#                           test_file_scale.py writes its keys with wrk),
+#                           python3-jsonschema and python3-yaml (every answer the
+#                           integration tests read is checked against docs/openapi.yaml),
+#                           Node.js and npm (scripts/openapi-check.sh; kept when
+#                           already on PATH, e.g. a newer Node.js than Debian's)
 # Runs `apt-get update` at most once, and only when something has to be installed.
 set -euo pipefail
 
@@ -11,7 +15,7 @@ what="${1:-build}"
 
 build_pkgs=(build-essential cmake nlohmann-json3-dev doctest-dev libpq-dev libsqlite3-dev libssl-dev python3)
 test_pkgs=(sqlite3 postgresql redis-server redis-tools etcd-server etcd-client curl clang libclang-rt-14-dev faketime
-           python3-prometheus-client wrk)
+           python3-prometheus-client wrk python3-jsonschema python3-yaml)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 
@@ -36,6 +40,10 @@ else
 fi
 if [[ "$what" == test ]]; then
     for p in "${test_pkgs[@]}"; do installed "$p" || missing+=("$p"); done
+    # Debian's nodejs and npm only where there is no Node.js at all: a machine may have a
+    # newer one from elsewhere (whose package bundles npm), which Debian's npm conflicts with.
+    command -v node >/dev/null || missing+=(nodejs)
+    command -v npm >/dev/null || missing+=(npm)
 fi
 
 if ((${#missing[@]} == 0)); then

@@ -12,6 +12,8 @@ What is here:
   - A tiny runner: main(globals()) runs every `test_*` function (per store when it
     takes a `store` argument), prints "N passed, N failed", exits 1 on failure.
   - History: an operation-history recorder and checker for zombie/robustness tests.
+  - Every response Client and RawConn read is checked against docs/openapi.yaml
+    (openapi_validate.py); a test with an answer the spec does not document fails.
 
 Environment:
   FENCEKEEPER_BIN         the binary (default: <repo>/build/fencekeeper)
@@ -314,6 +316,48 @@ def _drop_pg_schemas():
 # HTTP responses and clients
 # ---------------------------------------------------------------------------
 
+# Every answer read is checked against docs/openapi.yaml. A mismatch is recorded rather
+# than raised where the answer is read (tests that tolerate errors, e.g. around a kill,
+# would swallow the exception); main() fails the test that recorded one.
+_spec = None
+_spec_error = None
+_spec_violations = []
+_spec_lock = threading.Lock()
+
+
+def _spec_violation(text):
+    with _spec_lock:
+        _spec_violations.append(text)
+
+
+def check_against_spec(method, target, resp, head=False):
+    """Records a violation when `resp` (the answer to `method target`; both None when the
+    request is unknown) is not what docs/openapi.yaml documents."""
+    global _spec, _spec_error
+    if _spec is None and _spec_error is None:
+        try:
+            import openapi_validate
+            _spec = openapi_validate.Spec()
+        except Exception as e:   # python3-jsonschema or python3-yaml missing, or a bad spec
+            _spec_error = "cannot check answers against docs/openapi.yaml: %r" % (e,)
+            print(("FAIL: " if services_required() else "note: ") + _spec_error, flush=True)
+    if _spec is None:
+        if services_required():
+            _spec_violation(_spec_error)
+        return
+    problem = _spec.check(method, target, resp.status, resp.header_list, resp.body, head)
+    if problem:
+        _spec_violation(problem)
+
+
+def take_spec_violations():
+    """The violations recorded since the last call (and forgets them)."""
+    with _spec_lock:
+        out = list(_spec_violations)
+        del _spec_violations[:]
+    return out
+
+
 class Response:
     def __init__(self, status, reason, headers, body, version="HTTP/1.1"):
         self.status = status
@@ -391,6 +435,7 @@ class RawConn:
         self.buf = b""
         self.timeout = timeout
         self.methods = []   # methods of requests sent and not yet answered (HEAD has no body)
+        self.sent = None    # the requests sent, for check_against_spec (made on first send)
 
     def close(self):
         with contextlib.suppress(Exception):
@@ -405,6 +450,10 @@ class RawConn:
     def send_raw(self, data):
         if isinstance(data, str):
             data = data.encode("latin-1")
+        if self.sent is None:
+            import openapi_validate
+            self.sent = openapi_validate.RequestStream()
+        self.sent.feed(data)
         self.sock.sendall(data)
 
     def send(self, method, path, headers=None, body=None):
@@ -454,7 +503,7 @@ class RawConn:
             headers.append((k.strip(), v.strip()))
         resp = Response(status, reason, headers, b"", version)
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            return resp
+            return self._checked(resp, method)
         te = (resp.header("Transfer-Encoding") or "").lower()
         cl = resp.header("Content-Length")
         if "chunked" in te:
@@ -478,6 +527,12 @@ class RawConn:
             except ConnectionClosed:
                 pass
             resp.body, self.buf = self.buf, b""
+        return self._checked(resp, method)
+
+    def _checked(self, resp, method):
+        if resp.status >= 200:   # a 100 Continue is followed by the request's answer
+            sent_method, target = self.sent.next_request() if self.sent else (None, None)
+            check_against_spec(sent_method, target, resp, head=method == "HEAD")
         return resp
 
     def read_responses(self, n, timeout=None):
@@ -541,6 +596,7 @@ class Client:
                 resp = Response(r.status, r.reason, list(r.getheaders()), data)
                 if r.will_close:
                     self.close()
+                check_against_spec(method, path, resp, head=method == "HEAD")
                 return resp
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 self.close()
@@ -1170,6 +1226,13 @@ def _collect(ns):
     return tests
 
 
+def _fail_on_spec_violations():
+    found = take_spec_violations()
+    if found:
+        raise CheckFailed("%d answer(s) not as docs/openapi.yaml says:\n  %s" % (
+            len(found), "\n  ".join(found[:20])))
+
+
 def main(ns, needs_binary=True, after_each=None):
     """Runs every test_* function of module namespace `ns` in source order. A test
     with a parameter named `store` runs once per store from stores() (each gets a
@@ -1199,12 +1262,14 @@ def main(ns, needs_binary=True, after_each=None):
                 continue
             t0 = time.monotonic()
             _current_test = label
+            take_spec_violations()
             try:
                 if kind is None:
                     fn()
                 else:
                     st = file_store() if kind == "file" else pg_store()
                     fn(st)
+                _fail_on_spec_violations()
                 dt = time.monotonic() - t0
                 print("PASS %s (%.1fs)" % (label, dt), flush=True)
                 passed += 1
@@ -1219,6 +1284,8 @@ def main(ns, needs_binary=True, after_each=None):
                 failures.append(label)
                 print("FAIL %s (%.1fs)" % (label, dt), flush=True)
                 traceback.print_exc(file=sys.stdout)
+                for v in take_spec_violations()[:20]:
+                    print("  answer not as docs/openapi.yaml says: " + v)
                 for p in list(_live_proxies):
                     tail = p.stderr_text()[-2000:]
                     if tail:
