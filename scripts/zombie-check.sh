@@ -244,10 +244,12 @@ if [[ -z $fk_url ]]; then
     printf '{"postgres": {"schema": "%s"}}\n' "$pg_schema" >"$tmp/fk.json"
     args+=(--store "$store" --config "$tmp/fk.json")
     store_desc="Postgres (schema $pg_schema, dropped at the end)"
+    store_json="{\"kind\":\"postgres\",\"schema\":\"$pg_schema\"}"
   else
     [[ -n $store ]] || store="file:$tmp/data"
     args+=(--store "$store")
     store_desc="the file store in ${store#file:}"
+    store_json="{\"kind\":\"file\",\"dir\":$(lock_json_str "${store#file:}")}"
   fi
   : >"$tmp/fk.out"
   "$bin" "${args[@]}" >>"$tmp/fk.out" 2>"$tmp/fk.err" &
@@ -262,9 +264,11 @@ if [[ -z $fk_url ]]; then
   fk_desc="a private fencekeeper on ${fk_url#http://}, $store_desc"
 else
   fk_desc="fencekeeper at $fk_url"
+  store_json=null
 fi
 ready=0
-for _ in $(seq 600); do
+# Our own may still be connecting to Postgres: up to 30 s. Yours should be up: 3 s.
+for _ in $(seq "$([[ -n $fk_pid ]] && echo 600 || echo 60)"); do
   [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$fk_url/readyz") == 200 ]] && { ready=1; break; }
   [[ -n $fk_pid ]] && ! kill -0 "$fk_pid" 2>/dev/null && break
   sleep 0.05
@@ -481,8 +485,8 @@ if ((json)); then
   printf '{"verdict":"%s","exit":%d,"reason":%s,"worker":[' "$verdict" "$status" "$(lock_json_str "$why")"
   sep=''
   for w in "${worker[@]}"; do printf '%s%s' "$sep" "$(lock_json_str "$w")"; sep=,; done
-  printf '],"lock":%s,"lock_service":"%s","ttl_ms":%d,"instances":%d,"fencekeeper":%s,' \
-    "$(lock_json_str "$lock")" "$service" "$eff_ttl_ms" "$instances" "$(lock_json_str "$fk_url")"
+  printf '],"lock":%s,"lock_service":"%s","ttl_ms":%d,"instances":%d,"fencekeeper":%s,"store":%s,' \
+    "$(lock_json_str "$lock")" "$service" "$eff_ttl_ms" "$instances" "$(lock_json_str "$fk_url")" "$store_json"
   printf '"lock_metrics":{"lock_contended":%d,"lock_lost":%d,"lock_release_failed":%d},"rounds":[' \
     "${ev[lock_contended]}" "${ev[lock_lost]}" "${ev[lock_release_failed]}"
   sep=''
