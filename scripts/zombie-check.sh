@@ -44,7 +44,7 @@ locks=$repo/scripts/locks
 . "$locks/lock-events.sh"   # lock_json_str
 
 usage() {
-  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 bad_usage() { echo "zombie-check: $*" >&2; echo "usage: bash scripts/zombie-check.sh [options] -- WORKER_CMD [ARGS...] (--help)" >&2; exit 2; }
 setup_error() { echo "zombie-check: set-up error: $*" >&2; exit 2; }

@@ -214,6 +214,24 @@ def test_usage_errors():
     fk.check("set-up error: fencekeeper at" in err, "message: %r" % err)
 
 
+def test_docs_show_the_examples():
+    """docs/testing.md shows the example workers as they are: its Python block is
+    report_worker.py (after its docstring), its put() is report-worker.sh's, and the
+    broken worker differs from the correct one in the token it sends."""
+    doc = open(os.path.join(fk.REPO, "docs", "testing.md")).read()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", doc, re.S)
+    py = open(os.path.join(fk.REPO, PYTHON)).read()
+    body = py.split('"""', 2)[2].lstrip("\n")
+    fk.check(any(lang == "python" and text == body for lang, text in blocks),
+             "docs/testing.md has no Python block equal to %s" % PYTHON)
+    good = open(os.path.join(fk.REPO, GOOD)).read()
+    put = [text for lang, text in blocks if lang == "sh" and text.startswith("put() {")]
+    fk.check(len(put) == 1 and put[0] in good, "docs/testing.md's put() is not the one in %s" % GOOD)
+    broken = open(os.path.join(fk.REPO, BROKEN)).read()
+    fk.check('-H "Fencing-Token: 1"' in broken and "$FENCING_TOKEN\"" not in broken.split("put()")[1].split("}")[0],
+             "the broken worker does not send the constant token")
+
+
 # --- the recipes' lock metrics --------------------------------------------------------
 
 def run(cmd, env, timeout=30):
