@@ -362,9 +362,9 @@ tail_log() { tail -n "${2:-5}" "$1" | sed -e 's/^/      | /' >&2; }
 
 names=(A B C D E F G H I J K L M N O P Q R S T U V W X Y Z)
 names=("${names[@]:0:instances}")
-timing_desc=("the others waited for the lock from the start"
-             "the others started after the zombie's TTL had run out"
-             "the others waited for the lock; the zombie stayed frozen a while after they finished")
+timing_desc=("holders waiting from the start"
+             "holders started after the zombie's TTL"
+             "holders waiting, zombie kept frozen longer")
 
 say "zombie-check: ${#names[@]} instances of: ${worker[*]}"
 say "  lock \"$lock\" from ${redis_desc:-$etcd_desc} (TTL $eff_ttl_ms ms), $fk_desc"
@@ -434,14 +434,13 @@ for ((round = 1; round <= rounds; round++)); do
     holders_js+="${holders_js:+,}{\"instance\":\"$n\",\"token\":${token[$n]:-null},\"exit\":$(
       [[ ${rc[$n]} == timeout ]] && echo '"timeout"' || echo "${rc[$n]}")}"
   done
-  if ((z_sent == 0)); then zombie_txt="it sent no write"
+  if ((z_sent == 0)); then zombie_txt="sent no write"
   else
-    zombie_txt="it sent $z_sent write(s): fencekeeper applied $z_applied, refused $z_stale as stale"
+    zombie_txt="sent $z_sent write(s), fencekeeper applied $z_applied, refused $z_stale as stale"
     ((z_other)) && zombie_txt+=", answered $z_other otherwise"
   fi
-  say "round $round/$rounds: $z took the lock with token ${token[$z]} and was frozen; ${timing_desc[variant]}:"
-  say "  ${holders_txt%, } held it after $z's TTL ran out ($h_applied write(s) applied)"
-  say "  $z resumed with token ${token[$z]}: $zombie_txt; $z exited ${rc[$z]} -> $verdict${problem:+ (${problem%; })}"
+  # One line per round.
+  say "round $round/$rounds [${timing_desc[variant]}]: $z frozen with token ${token[$z]}; ${holders_txt%, } took over, $h_applied write(s) applied; $z resumed: $zombie_txt; $z exited ${rc[$z]} -> $verdict${problem:+ (${problem%; })}"
   if [[ -n $problem ]]; then   # what the worker said, without the lock events
     for n in "$z" "${others[@]}"; do
       grep -v '^{"event":"lock_' "$dir/$n.err" >"$dir/$n.said" 2>/dev/null
