@@ -110,8 +110,9 @@ def test_default_invocation():
         fk.check(htok > ztok, "holder token %d not above the zombie's %d" % (htok, ztok))
     fk.check(lines[-1].startswith("SAFE: in all 3 rounds"), "verdict line %r" % lines[-1])
     # Rounds 1 and 3 start the holder while the zombie holds the lock (contended, unless
-    # the machine took a whole TTL to freeze it); every zombie's hold outlived its lock.
-    m = re.search(r"^lock metrics: ([123]) contended acquisition\(s\), 3 hold\(s\) outlived the lock, "
+    # the machine took a whole TTL to start it: not asserted here, test_lock_events_* test
+    # the events deterministically); every zombie's hold outlived its lock.
+    m = re.search(r"^lock metrics: (\d+) contended acquisition\(s\), 3 hold\(s\) outlived the lock, "
                   r"0 failed release\(s\)$", out, re.M)
     fk.check(m is not None, "lock metrics line")
     fk.check(not os.path.exists(work), "zombie-check left %s behind" % work)
@@ -139,7 +140,7 @@ def test_safe_and_unsafe(store):
                  "holders of round %d: %r" % (r["round"], r["holders"]))
     fk.eq(rep["lock_metrics"]["lock_lost"], 3, "every zombie's hold outlived its lock")
     fk.eq(rep["lock_metrics"]["lock_release_failed"], 0, "failed releases")
-    fk.check(rep["lock_metrics"]["lock_contended"] >= 2, "contended: %r" % rep["lock_metrics"])
+    fk.check(rep["lock_metrics"]["lock_contended"] >= 1, "contended: %r" % rep["lock_metrics"])
 
     rc, rep, _ = report(_store_args(store) + ["--rounds", "2", "--", BROKEN])
     fk.eq((rc, rep["verdict"]), (1, "UNSAFE"), "broken worker on %s" % store.kind)
@@ -164,7 +165,7 @@ def test_etcd_python_worker():
         fk.eq((r["zombie"]["applied"], r["zombie"]["stale"]), (0, 1), "zombie of round %d" % r["round"])
         fk.eq(r["holders_writes"]["applied"], 4, "holder writes of round %d" % r["round"])
     fk.eq(rep["lock_metrics"]["lock_lost"], 3, "every zombie's session expired under it")
-    fk.check(rep["lock_metrics"]["lock_contended"] >= 2, "contended: %r" % rep["lock_metrics"])
+    fk.check(rep["lock_metrics"]["lock_contended"] >= 1, "contended: %r" % rep["lock_metrics"])
 
 
 def test_failed_rounds():
@@ -246,6 +247,12 @@ def events(stderr):
     return out
 
 
+def _eval_calls(c):
+    """EVALs this Redis has run (each redis-lock.sh attempt is one)."""
+    m = re.search(rb"cmdstat_eval:calls=(\d+)", c.call("INFO", "commandstats"))
+    return int(m.group(1)) if m else 0
+
+
 def test_lock_events_redis():
     srv = zombies.RedisServer(name="events").start()
     try:
@@ -254,28 +261,33 @@ def test_lock_events_redis():
         lock = 'ev "quoted" \\ ' + fk.rand_name(4)          # must come out as valid JSON
         r = run([sh, lock, "5000", "--", "true"], env)
         fk.eq((r.returncode, events(r.stderr)), (0, []), "an uneventful hold prints nothing (%s)" % r.stderr)
-        # Contended, given up and then acquired; lost (outlived its TTL).
-        holder = subprocess.Popen([sh, lock, "400", "--", "sleep", "0.8"], env=dict(os.environ, **env),
-                                  stderr=subprocess.PIPE, text=True)
         with srv.client() as c:
+            # Contended and given up: the lock is somebody else's (no TTL: no timing).
+            c.call("SET", "lock:" + lock, "somebody")
+            r = run([sh, lock, "5000", "--", "true"], env)
+            fk.eq(r.returncode, 75, "held")
+            ev = events(r.stderr)
+            fk.eq([(e["event"], e["lock"], e["recipe"], e["acquired"], e["attempts"]) for e in ev],
+                  [("lock_contended", lock, "redis-lock.sh", False, 1)], "given up: %s" % r.stderr)
+            # Contended, then acquired: freed only once the waiter has tried at least once.
+            before = _eval_calls(c)
+            w = subprocess.Popen([sh, lock, "5000", "--", "true"], env=dict(os.environ, LOCK_WAIT_MS="10000", **env),
+                                 stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 10
-            while not c.call("EXISTS", "lock:" + lock) and time.monotonic() < deadline:
+            while _eval_calls(c) <= before + 1 and time.monotonic() < deadline:   # two failed tries
                 time.sleep(0.005)
-        r = run([sh, lock, "5000", "--", "true"], env)
-        fk.eq(r.returncode, 75, "held")
-        ev = events(r.stderr)
-        fk.eq([(e["event"], e["lock"], e["recipe"], e["acquired"], e["attempts"]) for e in ev],
-              [("lock_contended", lock, "redis-lock.sh", False, 1)], "given up: %s" % r.stderr)
-        r = run([sh, lock, "5000", "--", "true"], dict(env, LOCK_WAIT_MS="5000"))
-        fk.eq(r.returncode, 0, "waited")
-        ev = events(r.stderr)
+            c.call("DEL", "lock:" + lock)
+            _, werr = w.communicate(timeout=20)
+        fk.eq(w.returncode, 0, "waited: %s" % werr)
+        ev = events(werr)
         fk.eq([(e["event"], e["acquired"]) for e in ev], [("lock_contended", True)], "acquired after waiting")
-        fk.check(ev[0]["attempts"] > 1 and ev[0]["waited_ms"] > 0 and isinstance(ev[0]["token"], int), repr(ev))
-        _, herr = holder.communicate(timeout=10)
-        fk.eq(holder.returncode, 0, "the slow holder")
-        ev = events(herr)
-        fk.eq([(e["event"], e["ttl_ms"]) for e in ev], [("lock_lost", 400)], "the slow holder: %s" % herr)
-        fk.check(ev[0]["held_ms"] >= 400, repr(ev))
+        fk.check(ev[0]["attempts"] > 2 and ev[0]["waited_ms"] > 0 and isinstance(ev[0]["token"], int), repr(ev))
+        # Lost: the command outlives the TTL (0.6 s of work, 300 ms TTL).
+        r = run([sh, lock, "300", "--", "sleep", "0.6"], env)
+        fk.eq(r.returncode, 0, "the slow holder")
+        ev = events(r.stderr)
+        fk.eq([(e["event"], e["ttl_ms"]) for e in ev], [("lock_lost", 300)], "the slow holder: %s" % r.stderr)
+        fk.check(ev[0]["held_ms"] >= 300, repr(ev))
         # Release failed: Redis is gone when the command ends; the command's status stays.
         r = run([sh, lock, "5000", "--", "sh", "-c", "redis-cli -p %d shutdown nosave; exit 3" % srv.port], env)
         fk.eq(r.returncode, 3, "exit status of the command")
@@ -292,18 +304,29 @@ def test_lock_events_etcd():
     lock = "ev-etcd-" + fk.rand_name(6)
     r = run([sh, lock, "--", "true"], env)
     fk.eq((r.returncode, events(r.stderr)), (0, []), "an uneventful hold prints nothing (%s)" % r.stderr)
-    marker = os.path.join(fk.tmpdir("ev-etcd"), "holding")
-    holder = subprocess.Popen([sh, lock, "--", "sh", "-c", 'touch "$0"; sleep 0.5', marker],
-                              env=dict(os.environ, **env))
+    # Contended: the first holder lets go only once the second is queued behind it (two
+    # keys under the lock's prefix), so the second waits whatever the timing.
+    d = fk.tmpdir("ev-etcd")
+    marker, go = os.path.join(d, "holding"), os.path.join(d, "go")
+    holder = subprocess.Popen([sh, lock, "--", "sh", "-c", 'touch "$0"; while [ ! -e "$1" ]; do sleep 0.01; done',
+                               marker, go], env=dict(os.environ, **env))
     deadline = time.monotonic() + 10
     while not os.path.exists(marker) and time.monotonic() < deadline:
         time.sleep(0.005)
-    r = run([sh, lock, "--", "sh", "-c", "echo $FENCING_TOKEN"], env)
+    w = subprocess.Popen([sh, lock, "--", "sh", "-c", "echo $FENCING_TOKEN"], env=dict(os.environ, **env),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while time.monotonic() < deadline:
+        keys = run(["etcdctl", "get", "--prefix", "--keys-only", lock + "/"], env).stdout.split()
+        if len(keys) >= 2:
+            break
+        time.sleep(0.02)
+    open(go, "w").close()
     fk.eq(holder.wait(10), 0, "first holder")
-    fk.eq(r.returncode, 0, "waiting holder: %s" % r.stderr)
-    ev = events(r.stderr)
+    out, err = w.communicate(timeout=20)
+    fk.eq(w.returncode, 0, "waiting holder: %s" % err)
+    ev = events(err)
     fk.eq([(e["event"], e["recipe"], e["token"]) for e in ev],
-          [("lock_contended", "etcd-lock.sh", int(r.stdout))], "contended: %s" % r.stderr)
+          [("lock_contended", "etcd-lock.sh", int(out))], "contended: %s" % err)
     fk.check(ev[0]["waited_ms"] > 0, repr(ev))
     # Lost: the holder's key is gone at release (here deleted under it, as a lease expiry
     # does; the frozen case is zombie-check's, test_etcd_python_worker).
