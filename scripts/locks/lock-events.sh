@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lock-events.sh: sourced by the lock wrappers (redis-lock.sh, etcd-lock.sh, pg-lock.sh).
 #
 #   lock_event EVENT LOCK RECIPE [KEY=VALUE ...]
