@@ -3,6 +3,7 @@
 #include "backends/log/logging.hpp"
 #include "config/parse.hpp"
 #include "proxy/auth.hpp"
+#include "proxy/tls.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,13 +15,15 @@ namespace {
 
 reload_result refuse(std::string why) {
     logging::write(logging::level::error,
-                   "reload failed: keeping the current auth token and log level", {{"error", why}});
+                   "reload failed: keeping the current auth token, log level and TLS certificate",
+                   {{"error", why}});
     return {false, std::move(why)};
 }
 
 } // namespace
 
-reload_result reload_settings(const std::vector<std::string>& args, authenticator& auth) {
+reload_result reload_settings(const std::vector<std::string>& args, authenticator& auth,
+                              tls_credentials* tls) {
     auto parsed = config::parse_command_line(args);
     if (auto* e = std::get_if<config::parse_error>(&parsed))
         return refuse(e->message);
@@ -33,9 +36,31 @@ reload_result reload_settings(const std::vector<std::string>& args, authenticato
         return refuse("the new configuration has no auth token; a reload does not turn auth "
                       "off (restart to do that)");
 
+    tls_context_result fresh;
+    if (tls) {
+        if (!s.tls.enabled())
+            return refuse("the new configuration has no TLS certificate; a reload does not "
+                          "turn TLS off (restart to do that)");
+        fresh = make_tls_context(s.tls);
+        if (!fresh.ok())
+            return refuse(fresh.error);
+    } else if (s.tls.enabled()) {
+        return refuse("the new configuration has a TLS certificate; a reload does not turn TLS "
+                      "on (restart to do that)");
+    }
+
     const bool auth_on = token.token.has_value();
     auth.set_token(std::move(token.token));
     logging::set_level(s.log_level);
+    if (tls) {
+        tls->set(std::move(fresh.context));
+        logging::write(fresh.expired ? logging::level::warn : logging::level::info,
+                       fresh.expired ? "reloaded TLS certificate, which has expired"
+                                     : "reloaded TLS certificate",
+                       {{"serial", fresh.serial},
+                        {"not_after", fresh.not_after},
+                        {"mtls", s.tls.client_ca_file.has_value()}});
+    }
     std::string source = !auth_on            ? "off"
                          : s.auth_token_file ? "file " + *s.auth_token_file
                                              : std::string{auth_token_env};
