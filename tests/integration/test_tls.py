@@ -222,6 +222,96 @@ def test_curl_over_tls_and_keep_alive():
         eq(line.get("tls_serial"), "1001", "listening line names the serial")
 
 
+def read_http_response(s):
+    """One response (Content-Length framed) from a socket; (status, headers text, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            fk.fail("connection closed before the head: %r" % data[:200])
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    n = int(m.group(1)) if m else 0
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        if not chunk:
+            fk.fail("connection closed in the body")
+        rest += chunk
+    return int(head.split(b" ", 2)[1]), head.decode(), rest[:n], rest[n:]
+
+
+def test_large_bodies_pipelining_and_error_close_over_tls():
+    cert = pki().server(0x100D)
+    with tls_proxy(cert, config={"limits": {"max_body_bytes": 300000}}) as p:
+        body = os.urandom(200000)
+        c = https(p)
+        c.request("PUT", "/v1/resources/big", body=body,
+                  headers={"Fencing-Token": "1", "Fencing-Lock": "l"})
+        r = c.getresponse()
+        eq(r.status, 201, "PUT of 200 KB over TLS")
+        r.read()
+        # A response far larger than one TLS record (16 KiB), on the same connection.
+        c.request("GET", "/v1/resources/big")
+        r = c.getresponse()
+        eq((r.status, r.read() == body), (200, True), "GET of 200 KB over TLS")
+        c.close()
+
+        # Two pipelined requests in one TLS record, answered in order.
+        with contextlib.closing(handshake(p, client_context())) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: one\r\n\r\n"
+                      b"GET /v1/resources/big HTTP/1.1\r\nHost: x\r\nX-Request-Id: two\r\n\r\n")
+            st1, h1, _, rest = read_http_response(s)
+            check("one" in h1 and st1 == 200, h1)
+            st2, h2, b2, _ = read_http_response(_Prefixed(s, rest))
+            check("two" in h2 and st2 == 200 and b2 == body, h2)
+
+        # An error that closes the connection (413 with the body still on the wire): the
+        # answer arrives whole, then close_notify and the close.
+        with contextlib.closing(handshake(p, client_context())) as s:
+            s.sendall(b"PUT /v1/resources/x HTTP/1.1\r\nHost: x\r\nFencing-Token: 1\r\n"
+                      b"Content-Length: 400000\r\n\r\n" + b"a" * 65536)
+            st, h, _, _ = read_http_response(s)
+            eq(st, 413, "declared body over the limit")
+            check("close" in h.lower(), h)
+            s.settimeout(5)
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                eq(s.recv(100), b"", "closed after the 413")
+
+
+class _Prefixed:
+    """A socket whose first reads return `prefix` (bytes already read past a response)."""
+
+    def __init__(self, sock, prefix):
+        self.sock, self.prefix = sock, prefix
+
+    def recv(self, n):
+        if self.prefix:
+            out, self.prefix = self.prefix[:n], self.prefix[n:]
+            return out
+        return self.sock.recv(n)
+
+
+def test_sigterm_drains_tls_connections():
+    cert = pki().server(0x100E)
+    p = tls_proxy(cert)
+    with p:
+        idle = https(p)
+        idle.request("GET", "/healthz")
+        idle.getresponse().read()
+        handshaking = socket.create_connection(("127.0.0.1", p.port), 10)
+        try:
+            time.sleep(0.1)
+            t0 = time.monotonic()
+            p.sigterm()
+            eq(p.wait(15), 0, "exit status after a drain")
+            check(time.monotonic() - t0 < 5, "an idle TLS connection and a handshake in "
+                  "progress do not hold the drain")
+        finally:
+            handshaking.close()
+            idle.close()
+
+
 def test_min_version_1_3_refuses_1_2():
     cert = pki().server(0x1002)
     with tls_proxy(cert, config={"tls": {"min_version": "1.3"}}) as p:
