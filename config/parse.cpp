@@ -816,7 +816,7 @@ const po::options_description& flag_descriptions() {
             "serve TLS only, with this PEM certificate chain (needs --tls-key); SIGHUP "
             "re-reads it")("tls-key", text("FILE"), "the PEM private key of --tls-cert")(
             "check-config",
-            "validate the config file and flags (and the token file), print \"config ok\" "
+            "validate the config file and flags (and the token and TLS files), print \"config ok\" "
             "and exit 0, or print the problem and exit 2; opens no store and binds no port")(
             "help,h", "print this help and exit")("version", "print the version and exit");
         return d;

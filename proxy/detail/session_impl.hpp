@@ -126,7 +126,9 @@ template <class Stream> net::awaitable<bool> basic_session<Stream>::handshake() 
         transport::expires_after(stream_, settings_.http.handshake_timeout);
         auto ec = co_await transport::handshake(stream_);
         idle_ = false;
-        if (ec || closed_ || draining_) {
+        // A drain that cancelled the handshake shows as an error; one that came just
+        // after it completed is seen by wait_for_request().
+        if (ec || closed_) {
             const auto reason = ec ? transport::failure_of(ec) : tls_failure::closed;
             services_.stats.count_tls_failure(reason);
             // Debug only, as refused connections: a scanner would fill the log.
@@ -134,7 +136,7 @@ template <class Stream> net::awaitable<bool> basic_session<Stream>::handshake() 
                 logging::write(logging::level::debug, "TLS handshake failed",
                                {{"peer", peer_},
                                 {"reason", to_string(reason)},
-                                {"error", ec ? ec.message() : std::string{"drained"}}});
+                                {"error", ec ? ec.message() : std::string{"closed"}}});
             co_return false;
         }
         services_.stats.count_tls_handshake();
