@@ -207,7 +207,8 @@ error apply_store(const std::string& text, const std::string& name, settings& in
 }
 
 // A path: non-empty, bounded, no control characters (a NUL would cut it short).
-error apply_auth_token_file(const std::string& text, const std::string& name, settings& into) {
+error apply_path(const std::string& text, const std::string& name,
+                 std::optional<std::string>& into) {
     const bool ok = !text.empty() && text.size() <= max_path_bytes &&
                     std::none_of(text.begin(), text.end(), [](char c) {
                         const auto u = static_cast<unsigned char>(c);
@@ -216,7 +217,34 @@ error apply_auth_token_file(const std::string& text, const std::string& name, se
     if (!ok)
         return fail(name + ": expected a file path (1 to " + std::to_string(max_path_bytes) +
                     " bytes, no control characters), got " + in_quotes(text));
-    into.auth_token_file = text;
+    into = text;
+    return std::nullopt;
+}
+
+error apply_auth_token_file(const std::string& text, const std::string& name, settings& into) {
+    return apply_path(text, name, into.auth_token_file);
+}
+
+error apply_tls_version(const std::string& text, const std::string& name, settings& into) {
+    if (text == "1.2")
+        into.tls.min_version = tls_version::v1_2;
+    else if (text == "1.3")
+        into.tls.min_version = tls_version::v1_3;
+    else
+        return fail(name + ": expected \"1.2\" or \"1.3\", got " + in_quotes(text));
+    return std::nullopt;
+}
+
+// What the file and the flags say together about TLS: a certificate needs its key, and
+// a client CA (mTLS) means nothing without a TLS listener.
+error check_tls(const tls_settings& t) {
+    if (t.cert_file && !t.key_file)
+        return fail("tls.cert_file (--tls-cert) is set but tls.key_file (--tls-key) is not");
+    if (t.key_file && !t.cert_file)
+        return fail("tls.key_file (--tls-key) is set but tls.cert_file (--tls-cert) is not");
+    if (t.client_ca_file && !t.cert_file)
+        return fail("tls.client_ca_file needs tls.cert_file and tls.key_file (mTLS is TLS with "
+                    "client certificates)");
     return std::nullopt;
 }
 
@@ -414,6 +442,7 @@ std::vector<config_key> make_keys() {
     k.push_back(section("postgres", "", "PostgreSQL store settings"));
     k.push_back(section("file", "", "file store settings"));
     k.push_back(section("idempotency", "", "Idempotency-Key records"));
+    k.push_back(section("tls", "", "TLS and mTLS on the listener"));
     config_key ops = section("operations", "none", "named SQL statements");
     ops.apply = [](const json& v, const std::string& p, settings& s) {
         return apply_operations(v, p, s.operations);
@@ -439,6 +468,9 @@ std::vector<config_key> make_keys() {
     k.push_back(millis_key(
         "limits.write_timeout_ms", 1, max_timeout_ms, "to send a response",
         [](auto& s) -> auto& { return s.http.write_timeout; }));
+    k.push_back(millis_key(
+        "limits.handshake_timeout_ms", 1, max_timeout_ms, "TLS only: to complete the handshake",
+        [](auto& s) -> auto& { return s.http.handshake_timeout; }));
     k.push_back(integer_key(
         "limits.max_connections", 1, max_connections, "open client connections",
         [](auto& s) -> auto& { return s.http.max_connections; }));
@@ -506,6 +538,31 @@ std::vector<config_key> make_keys() {
     k.push_back(integer_key(
         "file.fence_cache_size", 1, max_fence_cache_size, "locks kept by the stale-rejection cache",
         [](auto& s) -> auto& { return s.file.fence_cache_size; }));
+    const auto path_key = [](std::string_view path, std::string_view description,
+                             std::optional<std::string> tls_settings::*member) {
+        return string_key(
+            path, "a path, 1 to 4096 bytes, no control characters", description,
+            [member](const std::string& t, const std::string& p, settings& s) {
+                return apply_path(t, p, s.tls.*member);
+            },
+            [member](const settings& s) {
+                const auto& v = s.tls.*member;
+                return v ? json(*v) : json();
+            });
+    };
+    k.push_back(path_key("tls.cert_file",
+                         "PEM certificate chain, the server's own first; set: TLS only",
+                         &tls_settings::cert_file));
+    k.push_back(
+        path_key("tls.key_file", "PEM private key of that certificate", &tls_settings::key_file));
+    k.push_back(path_key("tls.client_ca_file",
+                         "PEM CA certificates; set: every client needs a certificate they signed",
+                         &tls_settings::client_ca_file));
+    k.push_back(string_key("tls.min_version", "`\"1.2\"`, `\"1.3\"`",
+                           "the oldest TLS version accepted", apply_tls_version,
+                           [](const settings& s) {
+                               return json(s.tls.min_version == tls_version::v1_2 ? "1.2" : "1.3");
+                           }));
     k.push_back(seconds_key(
         "idempotency.retention_s", 1, max_idempotency_retention_s,
         "how long a write's Idempotency-Key record answers retries",
@@ -755,8 +812,11 @@ const po::options_description& flag_descriptions() {
             "auth-token-file", text("FILE"),
             "require \"Authorization: Bearer <first line of FILE>\" on /v1/* and /metrics "
             "(default: $FENCEKEEPER_AUTH_TOKEN if set, else no auth); SIGHUP re-reads it")(
+            "tls-cert", text("FILE"),
+            "serve TLS only, with this PEM certificate chain (needs --tls-key); SIGHUP "
+            "re-reads it")("tls-key", text("FILE"), "the PEM private key of --tls-cert")(
             "check-config",
-            "validate the config file and flags (and the token file), print \"config ok\" "
+            "validate the config file and flags (and the token and TLS files), print \"config ok\" "
             "and exit 0, or print the problem and exit 2; opens no store and binds no port")(
             "help,h", "print this help and exit")("version", "print the version and exit");
         return d;
@@ -858,6 +918,10 @@ std::variant<command_line, parse_error> parse_command_line(const std::vector<std
             e = apply_level(value, flag, cl.values);
         } else if (flag == "--auth-token-file") {
             e = apply_auth_token_file(value, flag, cl.values);
+        } else if (flag == "--tls-cert") {
+            e = apply_path(value, flag, cl.values.tls.cert_file);
+        } else if (flag == "--tls-key") {
+            e = apply_path(value, flag, cl.values.tls.key_file);
         } else if (flag == "--threads") {
             const bool digits =
                 value.size() <= 4 && std::all_of(value.begin(), value.end(),
@@ -874,6 +938,8 @@ std::variant<command_line, parse_error> parse_command_line(const std::vector<std
         if (e)
             return *e;
     }
+    if (auto e = check_tls(cl.values.tls))
+        return *e;
     return cl;
 }
 

@@ -28,7 +28,8 @@ struct command_line {
 std::optional<parse_error> apply_json(std::string_view json_text, settings& into);
 
 // Parses argv[1..]: --config FILE (loaded first), --listen HOST:PORT, --store URL,
-// --threads N, --log-level LEVEL, --auth-token-file FILE, --check-config, --help,
+// --threads N, --log-level LEVEL, --auth-token-file FILE, --tls-cert FILE, --tls-key FILE,
+// --check-config, --help,
 // --version; both "--flag value" and "--flag=value" (Boost.Program_options). Reads the config file
 // from disk (not the token file: that is proxy/auth.hpp's job).
 std::variant<command_line, parse_error> parse_command_line(const std::vector<std::string>& args);

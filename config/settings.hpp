@@ -23,6 +23,7 @@ struct http_limits {
     millis idle_timeout{60'000};                  // keep-alive wait for the next request
     millis body_timeout{60'000};                  // to receive a request body
     millis write_timeout{30'000};                 // to send a response
+    millis handshake_timeout{10'000};             // TLS: to complete the handshake
     std::size_t max_connections = 10'000;         // excess connections are refused
     std::size_t max_inflight_requests = 1'024;    // process-wide; excess → 503 + Retry-After
     // POST /v1/transactions: ops per transaction (store::default_max_txn_ops), and the
@@ -70,6 +71,20 @@ struct idempotency_settings {
     std::chrono::seconds retention{86'400};
 };
 
+// The TLS listener (docs/operations.md, "TLS and mTLS"). Without cert_file the listener
+// speaks plain HTTP; with it, only TLS. parse_command_line checks that cert_file and
+// key_file come together and that client_ca_file is not given alone.
+enum class tls_version { v1_2, v1_3 };
+
+struct tls_settings {
+    std::optional<std::string> cert_file; // PEM chain, the server's certificate first
+    std::optional<std::string> key_file;  // PEM private key of that certificate
+    // PEM CA bundle: set → mTLS, every client must present a certificate it signed.
+    std::optional<std::string> client_ca_file;
+    tls_version min_version = tls_version::v1_2;
+    bool enabled() const noexcept { return cert_file.has_value(); }
+};
+
 struct operation {
     std::string sql; // $1..$n placeholders
     // A failed statement's reply quotes the database's message (else only its SQLSTATE:
@@ -91,6 +106,7 @@ struct settings {
     millis shutdown_timeout{10'000}; // drain deadline on SIGTERM / SIGINT
     // Bearer token file (--auth-token-file); unset → FENCEKEEPER_AUTH_TOKEN, else auth off.
     std::optional<std::string> auth_token_file;
+    tls_settings tls;
 };
 
 // threads resolved against the machine (0 → cores, at least 1).

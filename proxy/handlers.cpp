@@ -174,7 +174,10 @@ checked<fence::preconditions> preconditions_of(const request& req) {
 }
 
 nlohmann::json log_fields(const call& c) {
-    return {{"peer", c.ctx.peer}, {"request_id", c.ctx.request_id}};
+    nlohmann::json f{{"peer", c.ctx.peer}, {"request_id", c.ctx.request_id}};
+    if (!c.ctx.client.empty())
+        f["client"] = c.ctx.client;
+    return f;
 }
 
 // Times one store call: store_duration_seconds{op}, and store_errors_total{kind} when the
@@ -217,6 +220,10 @@ void count_write(const call& c, errc e, token_t token, token_t current, bool rep
     }
 }
 
+std::optional<std::string_view> client_of(const call& c) {
+    return c.ctx.client.empty() ? std::nullopt : std::optional<std::string_view>{c.ctx.client};
+}
+
 // Every rejected write logs this line, so it is formatted without a JSON tree.
 void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
                token_t token, token_t current, const std::optional<std::string>& floor) {
@@ -224,6 +231,7 @@ void log_stale(const call& c, std::optional<std::string_view> key, std::string_v
         return;
     logging::write_fields(logging::level::warn, "rejected stale write",
                           {{"peer", c.ctx.peer},
+                           logging::field::optional("client", client_of(c)),
                            {"request_id", c.ctx.request_id},
                            {"lock", lock},
                            logging::field::optional("key", key),

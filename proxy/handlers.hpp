@@ -35,6 +35,9 @@ struct handler_context {
     // Idempotency-Keys in flight on this process (a second request with one → 409); null:
     // not checked here (unit tests, fuzzers), the store still never applies a key twice.
     inflight_keys* idempotency_keys = nullptr;
+    // The client certificate's identity on a mutual TLS connection (a SAN or the subject
+    // CN, proxy/tls.hpp); empty otherwise. In the log lines about this request.
+    std::string client = {};
 };
 
 // Routes and answers one request. Never throws: a bug (an exception escaping a handler)

@@ -1,6 +1,6 @@
 // fencekeeper: parse the command line, open the store, serve HTTP until SIGTERM/SIGINT,
 // drain, stop the store, exit 0 (docs/operations.md, "Lifecycle and signals"). SIGHUP re-reads the
-// auth token and the log level; --check-config validates and exits.
+// auth token, the log level and the TLS certificate; --check-config validates and exits.
 
 #include "backends/log/logging.hpp"
 #include "backends/make_store.hpp"
@@ -14,6 +14,7 @@
 #include "proxy/preflight.hpp"
 #include "proxy/reload.hpp"
 #include "proxy/server.hpp"
+#include "proxy/tls.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -26,6 +27,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -52,8 +54,10 @@ public:
 // never runs on the I/O threads.
 class reload_thread {
 public:
-    reload_thread(std::vector<std::string> args, proxy::authenticator& auth)
-        : args_(std::move(args)), auth_(auth), work_(net::make_work_guard(io_)), hup_(io_, SIGHUP) {
+    reload_thread(std::vector<std::string> args, proxy::authenticator& auth,
+                  proxy::tls_credentials* tls)
+        : args_(std::move(args)), auth_(auth), tls_(tls), work_(net::make_work_guard(io_)),
+          hup_(io_, SIGHUP) {
         wait();
         thread_ = std::thread([this] { io_.run(); });
     }
@@ -69,14 +73,17 @@ private:
         hup_.async_wait([this](const boost::system::error_code& ec, int) {
             if (ec)
                 return;
-            logging::write(logging::level::info, "SIGHUP: reloading auth token and log level");
-            proxy::reload_settings(args_, auth_);
+            logging::write(logging::level::info,
+                           tls_ ? "SIGHUP: reloading auth token, log level and TLS certificate"
+                                : "SIGHUP: reloading auth token and log level");
+            proxy::reload_settings(args_, auth_, tls_);
             wait();
         });
     }
 
     std::vector<std::string> args_;
     proxy::authenticator& auth_;
+    proxy::tls_credentials* tls_;
     net::io_context io_;
     net::executor_work_guard<net::io_context::executor_type> work_;
     net::signal_set hup_;
@@ -92,9 +99,18 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
         return 2;
     }
     proxy::authenticator auth{checked.token};
+    std::optional<proxy::tls_credentials> tls;
+    if (checked.tls)
+        tls.emplace(std::move(checked.tls));
     // SIGHUP is watched before anything else can go wrong, so that a reload sent while we
     // start never kills the process (its default action).
-    reload_thread reloader{args, auth};
+    reload_thread reloader{args, auth, tls ? &*tls : nullptr};
+    if (checked.tls_expired) {
+        std::cerr << "fencekeeper: WARNING: the TLS certificate expired on "
+                  << checked.tls_not_after << "; clients will refuse it" << std::endl;
+        logging::write(logging::level::warn, "the TLS certificate has expired",
+                       {{"serial", checked.tls_serial}, {"not_after", checked.tls_not_after}});
+    }
 
     if (auto warning = proxy::exposure_warning(settings, auth.enabled())) {
         std::cerr << "fencekeeper: " << *warning << std::endl;
@@ -132,7 +148,7 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
     const proxy::session_services services{*store,      settings, stats,           auth,
                                            connections, inflight, idempotency_keys};
 
-    proxy::server server{io, services, session_contexts};
+    proxy::server server{io, services, session_contexts, tls ? &*tls : nullptr};
     if (auto error = server.listen()) {
         std::cerr << "fencekeeper: " << *error << "\n";
         store->stop();
@@ -141,12 +157,18 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
     server.start();
     auto address = server.local_address();
     std::cout << "listening on " << address << std::endl; // flushed: scripts wait for it
-    logging::write(logging::level::info, "listening",
-                   {{"address", address},
-                    {"threads", threads},
-                    {"store", proxy::detail::redact_store_url(settings.store)},
-                    {"auth", auth.enabled()},
-                    {"version", FK_VERSION}});
+    nlohmann::json fields{{"address", address},
+                          {"threads", threads},
+                          {"store", proxy::detail::redact_store_url(settings.store)},
+                          {"auth", auth.enabled()},
+                          {"tls", settings.tls.enabled()},
+                          {"version", FK_VERSION}};
+    if (settings.tls.enabled()) {
+        fields["mtls"] = settings.tls.client_ca_file.has_value();
+        fields["tls_serial"] = checked.tls_serial;
+        fields["tls_not_after"] = checked.tls_not_after;
+    }
+    logging::write(logging::level::info, "listening", fields);
 
     std::vector<std::thread> pool;
     pool.reserve(session_contexts.size());
@@ -192,6 +214,9 @@ int check_config(const config::settings& settings) {
     std::cout << "config ok\n";
     if (auto warning = proxy::exposure_warning(settings, checked.token.has_value()))
         std::cerr << "fencekeeper: " << *warning << "\n";
+    if (checked.tls_expired)
+        std::cerr << "fencekeeper: WARNING: the TLS certificate expired on "
+                  << checked.tls_not_after << "\n";
     return 0;
 }
 

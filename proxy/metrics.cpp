@@ -29,6 +29,8 @@ constexpr std::array<std::string_view, 5> write_outcome_names = {
 constexpr std::array<std::string_view, 10> store_op_names = {
     "put",        "delete",    "get",         "fence_advance", "fence_read",
     "fence_list", "operation", "floor_raise", "floor_list",    "transaction"};
+constexpr std::array<std::string_view, 4> tls_failure_names = {"timeout", "closed", "certificate",
+                                                               "protocol"};
 constexpr std::array<std::string_view, 3> store_error_names = {"unavailable", "outcome_unknown",
                                                                "internal"};
 
@@ -260,6 +262,8 @@ struct alignas(64) metrics::shard {
     counter stale_floor{0};
     counter connections_rejected{0};
     counter shed{0};
+    counter tls_handshakes{0};
+    std::array<counter, tls_failure_names.size()> tls_failures{};
     // Gauges: incremented on one shard and perhaps decremented on another (a coroutine
     // may resume on another thread); the wrapping sum over all shards is exact.
     counter open_connections{0};
@@ -268,6 +272,9 @@ struct alignas(64) metrics::shard {
 
 std::string_view to_string(write_outcome r) noexcept {
     return write_outcome_names[static_cast<std::size_t>(r)];
+}
+std::string_view to_string(tls_failure f) noexcept {
+    return tls_failure_names[static_cast<std::size_t>(f)];
 }
 std::string_view to_string(store_op op) noexcept {
     return store_op_names[static_cast<std::size_t>(op)];
@@ -374,6 +381,12 @@ void metrics::connection_closed() noexcept {
 void metrics::count_connection_rejected() noexcept {
     local().connections_rejected.fetch_add(1, relaxed);
 }
+void metrics::count_tls_handshake() noexcept {
+    local().tls_handshakes.fetch_add(1, relaxed);
+}
+void metrics::count_tls_failure(tls_failure reason) noexcept {
+    local().tls_failures[static_cast<std::size_t>(reason)].fetch_add(1, relaxed);
+}
 void metrics::request_started() noexcept {
     local().inflight.fetch_add(1, relaxed);
 }
@@ -436,7 +449,8 @@ std::string metrics::render() const {
     double gap_sum = 0;
     std::array<std::uint64_t, store_error_names.size()> store_errors{};
     std::uint64_t lock_mismatch = 0, stale_floor = 0, rejected = 0, shed = 0, connections = 0,
-                  inflight = 0;
+                  inflight = 0, tls_handshakes = 0;
+    std::array<std::uint64_t, tls_failure_names.size()> tls_failures{};
 
     for (std::size_t i = 0; i < shard_count; ++i) {
         const shard& s = shards_[i];
@@ -471,6 +485,10 @@ std::string metrics::render() const {
         shed += s.shed.load(relaxed);
         connections += s.open_connections.load(relaxed);
         inflight += s.inflight.load(relaxed);
+        tls_handshakes += s.tls_handshakes.load(relaxed);
+        for (std::size_t f = 0; f < tls_failures.size(); ++f) {
+            tls_failures[f] += s.tls_failures[f].load(relaxed);
+        }
     }
 
     std::string out;
@@ -571,6 +589,22 @@ std::string metrics::render() const {
     append_series(out, "fencekeeper_shed_requests_total", {});
     append_uint(out, shed);
     out += '\n';
+
+    append_header(out, "fencekeeper_tls_handshakes_total", "counter",
+                  "TLS handshakes completed (0 on a plain HTTP listener).");
+    append_series(out, "fencekeeper_tls_handshakes_total", {});
+    append_uint(out, tls_handshakes);
+    out += '\n';
+
+    append_header(out, "fencekeeper_tls_handshake_failures_total", "counter",
+                  "TLS handshakes that failed, by reason: timeout, closed, certificate or "
+                  "protocol.");
+    for (std::size_t f = 0; f < tls_failures.size(); ++f) {
+        append_series(out, "fencekeeper_tls_handshake_failures_total",
+                      {{"reason", tls_failure_names[f]}});
+        append_uint(out, tls_failures[f]);
+        out += '\n';
+    }
 
     if (batch_stats_ != nullptr) {
         const auto b = batch_stats_->read();

@@ -61,7 +61,16 @@ enum class store_op : std::uint8_t {
 // store_errors_total{kind}
 enum class store_error : std::uint8_t { unavailable, outcome_unknown, internal };
 
+// tls_handshake_failures_total{reason}: why a TLS handshake did not complete.
+enum class tls_failure : std::uint8_t {
+    timeout,     // limits.handshake_timeout_ms passed (a slow or silent client)
+    closed,      // the client closed or reset the connection, or a drain ended it
+    certificate, // no client certificate, or one (theirs or ours) that did not verify
+    protocol,    // anything else: not TLS at all (plain HTTP), no common version or cipher
+};
+
 std::string_view to_string(write_outcome r) noexcept;
+std::string_view to_string(tls_failure f) noexcept;
 std::string_view to_string(store_op op) noexcept;
 std::string_view to_string(store_error e) noexcept;
 
@@ -114,6 +123,10 @@ public:
     void connection_closed() noexcept;
     // connections_rejected_total: accepted sockets closed at once by the connection limit.
     void count_connection_rejected() noexcept;
+
+    // tls_handshakes_total: handshakes completed; tls_handshake_failures_total{reason}.
+    void count_tls_handshake() noexcept;
+    void count_tls_failure(tls_failure reason) noexcept;
 
     // inflight_requests gauge: from a complete request head to its response sent.
     void request_started() noexcept;

@@ -2,6 +2,7 @@
 
 #include "backends/postgres/uri_check.hpp"
 #include "proxy/auth.hpp"
+#include "proxy/tls.hpp"
 
 namespace fk::proxy {
 
@@ -25,16 +26,29 @@ preflight_result preflight(const config::settings& s) {
         r.error = token.error;
         return r;
     }
+    if (s.tls.enabled()) {
+        auto tls = make_tls_context(s.tls);
+        if (!tls.ok()) {
+            r.error = tls.error;
+            return r;
+        }
+        r.tls = std::move(tls.context);
+        r.tls_serial = std::move(tls.serial);
+        r.tls_not_after = std::move(tls.not_after);
+        r.tls_expired = tls.expired;
+    }
     r.token = std::move(token.token);
     return r;
 }
 
 std::optional<std::string> exposure_warning(const config::settings& s, bool auth_enabled) {
-    if (auth_enabled || is_loopback_host(s.listen_host))
+    // mTLS authenticates every connection by its certificate: that is auth too.
+    if (auth_enabled || s.tls.client_ca_file || is_loopback_host(s.listen_host))
         return std::nullopt;
     return "WARNING: listening on " + s.listen_host +
            " without auth: anyone who can reach this port can advance fences and overwrite "
-           "data. Set --auth-token-file or FENCEKEEPER_AUTH_TOKEN, or listen on 127.0.0.1.";
+           "data. Set --auth-token-file or FENCEKEEPER_AUTH_TOKEN, or tls.client_ca_file "
+           "(mTLS), or listen on 127.0.0.1.";
 }
 
 } // namespace fk::proxy

@@ -3,6 +3,7 @@
 #include "backends/log/logging.hpp"
 #include "config/parse.hpp"
 #include "proxy/auth.hpp"
+#include "proxy/tls.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -12,30 +13,59 @@ namespace fk::proxy {
 
 namespace {
 
-reload_result refuse(std::string why) {
+reload_result refuse(std::string why, bool tls) {
     logging::write(logging::level::error,
-                   "reload failed: keeping the current auth token and log level", {{"error", why}});
+                   tls ? "reload failed: keeping the current auth token, log level and TLS "
+                         "certificate"
+                       : "reload failed: keeping the current auth token and log level",
+                   {{"error", why}});
     return {false, std::move(why)};
 }
 
 } // namespace
 
-reload_result reload_settings(const std::vector<std::string>& args, authenticator& auth) {
+reload_result reload_settings(const std::vector<std::string>& args, authenticator& auth,
+                              tls_credentials* tls) {
     auto parsed = config::parse_command_line(args);
     if (auto* e = std::get_if<config::parse_error>(&parsed))
-        return refuse(e->message);
+        return refuse(e->message, tls != nullptr);
     const auto& s = std::get<config::command_line>(parsed).values;
 
     auto token = resolve_token(s.auth_token_file);
     if (!token.ok())
-        return refuse(token.error);
+        return refuse(token.error, tls != nullptr);
     if (!token.token && auth.enabled())
         return refuse("the new configuration has no auth token; a reload does not turn auth "
-                      "off (restart to do that)");
+                      "off (restart to do that)",
+                      tls != nullptr);
+
+    tls_context_result fresh;
+    if (tls) {
+        if (!s.tls.enabled())
+            return refuse("the new configuration has no TLS certificate; a reload does not "
+                          "turn TLS off (restart to do that)",
+                          tls != nullptr);
+        fresh = make_tls_context(s.tls);
+        if (!fresh.ok())
+            return refuse(fresh.error, tls != nullptr);
+    } else if (s.tls.enabled()) {
+        return refuse("the new configuration has a TLS certificate; a reload does not turn TLS "
+                      "on (restart to do that)",
+                      tls != nullptr);
+    }
 
     const bool auth_on = token.token.has_value();
     auth.set_token(std::move(token.token));
     logging::set_level(s.log_level);
+    if (tls) {
+        tls->set(std::move(fresh.context));
+        logging::write(fresh.expired ? logging::level::warn : logging::level::info,
+                       fresh.expired ? "reloaded TLS certificate, which has expired"
+                                     : "reloaded TLS certificate",
+                       {{"serial", fresh.serial},
+                        {"not_after", fresh.not_after},
+                        {"mtls", s.tls.client_ca_file.has_value()}});
+    }
     std::string source = !auth_on            ? "off"
                          : s.auth_token_file ? "file " + *s.auth_token_file
                                              : std::string{auth_token_env};

@@ -4,6 +4,7 @@
 #include "proxy/connection_registry.hpp"
 #include "proxy/detail/endpoint.hpp"
 #include "proxy/session.hpp"
+#include "proxy/tls_session.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -46,10 +47,11 @@ void log_exception(std::string_view what, std::exception_ptr e, std::string_view
 } // namespace
 
 server::server(net::io_context& io, const session_services& services,
-               std::vector<net::io_context*> session_contexts)
+               std::vector<net::io_context*> session_contexts, const tls_credentials* tls)
     : io_(io), session_contexts_(std::move(session_contexts)), services_(services),
-      settings_(services.settings), acceptor_(net::make_strand(io)), signals_(io, SIGINT, SIGTERM),
-      deadline_(net::make_strand(io)), registry_(std::make_shared<connection_registry>()) {}
+      settings_(services.settings), tls_(tls), acceptor_(net::make_strand(io)),
+      signals_(io, SIGINT, SIGTERM), deadline_(net::make_strand(io)),
+      registry_(std::make_shared<connection_registry>()) {}
 
 server::~server() {
     // Sessions still queued in the io_context may outlive the server.
@@ -189,16 +191,23 @@ net::awaitable<void> server::accept_loop() {
         }
         beast::error_code nodelay_ec;
         socket.set_option(tcp::no_delay(true), nodelay_ec);
-        auto s =
-            std::make_shared<session>(std::move(socket), services_, registry_, std::move(permit));
-        auto executor = s->executor();
-        net::co_spawn(
-            executor, [s]() -> net::awaitable<void> { co_await s->run(); },
-            [peer = s->peer()](std::exception_ptr e) {
-                // A failing session ends only its own connection.
-                log_exception("connection failed", e, peer);
-            });
+        if (tls_)
+            spawn(std::make_shared<tls_session>(std::move(socket), tls_->current(), services_,
+                                                registry_, std::move(permit)));
+        else
+            spawn(std::make_shared<session>(std::move(socket), services_, registry_,
+                                            std::move(permit)));
     }
+}
+
+template <class Session> void server::spawn(std::shared_ptr<Session> s) {
+    auto executor = s->executor();
+    net::co_spawn(
+        executor, [s]() -> net::awaitable<void> { co_await s->run(); },
+        [peer = s->peer()](std::exception_ptr e) {
+            // A failing session ends only its own connection.
+            log_exception("connection failed", e, peer);
+        });
 }
 
 } // namespace fk::proxy

@@ -18,6 +18,9 @@
 // and closed at once (no response: the cheapest refusal, and the client sees a clean
 // close or reset it can retry), counted in connections_rejected_total. At most
 // limits.max_inflight_requests requests are served at once, process-wide (see session).
+// On a TLS listener the handshake runs inside the session, under the connection's permit:
+// a client that connects and stays silent holds one of max_connections until
+// limits.handshake_timeout_ms, and no more.
 
 #include "backends/net.hpp"
 #include "backends/store.hpp"
@@ -40,12 +43,16 @@
 namespace fk::proxy {
 
 class connection_registry;
+class tls_credentials;
 
 class server {
 public:
     // Everything in `services` must outlive the server and every session it started.
+    // `tls` (optional, must outlive the server): the listener speaks TLS only, each new
+    // connection with the credentials' context of the moment (proxy/tls_session.hpp).
     server(net::io_context& io, const session_services& services,
-           std::vector<net::io_context*> session_contexts = {});
+           std::vector<net::io_context*> session_contexts = {},
+           const tls_credentials* tls = nullptr);
     ~server();
     server(const server&) = delete;
     server& operator=(const server&) = delete;
@@ -69,6 +76,7 @@ public:
 
 private:
     net::awaitable<void> accept_loop();
+    template <class Session> void spawn(std::shared_ptr<Session> s);
     // Where the next accepted connection runs.
     net::any_io_executor next_session_executor();
     void watch_signals();
@@ -79,6 +87,7 @@ private:
     std::size_t next_context_ = 0; // acceptor strand only
     session_services services_;
     const config::settings& settings_;
+    const tls_credentials* tls_;
     net::ip::tcp::acceptor acceptor_;
     net::signal_set signals_;
     net::steady_timer deadline_;

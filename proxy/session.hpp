@@ -22,6 +22,11 @@
 // injection. What differs between transports (deadlines, half-close, close, the peer's
 // name) goes through session_transport<Stream>; the member definitions are in
 // proxy/detail/session_impl.hpp, included only where an instantiation is made.
+//
+// TLS (proxy/tls_session.hpp) is one more transport, Asio's ssl::stream over the same
+// tcp_stream: its session_transport adds handshake() (run before the first request, under
+// limits.handshake_timeout_ms, while the connection already holds its max_connections
+// permit) and close_notify() (before a lingering close). The request loop is the same.
 
 #include "backends/net.hpp"
 #include "backends/store.hpp"
@@ -69,7 +74,14 @@ struct session_services {
 //   shutdown_send(Stream&, error_code&) half-close: the peer sees the end of the response
 //   close(Stream&)                     close both directions now; pending operations end
 //   peer(Stream&) -> std::string       the client's address, for logs
-// All are called on the stream's executor.
+// and, for a transport with a handshake (TLS), also:
+//   handshake(Stream&) -> awaitable<error_code>  the server side of the handshake
+//   failure_of(const error_code&) -> tls_failure its class, for the metrics
+//   identity(Stream&) -> std::string   the client certificate's identity (empty: none)
+//   protocol(Stream&) -> std::string   the version agreed, for logs
+//   close_notify(Stream&) -> awaitable<void> the orderly end before a lingering close
+// All are called on the stream's executor. A lingering close reads and drops what the
+// client still sends from beast::get_lowest_layer(stream) (for TLS, the TCP stream).
 template <class Stream> struct session_transport;
 
 template <> struct session_transport<beast::tcp_stream> {
@@ -103,11 +115,15 @@ public:
     void close() override;
 
     const std::string& peer() const noexcept { return peer_; }
+    // The client certificate's identity once a mutual TLS handshake is done; else empty.
+    const std::string& client() const noexcept { return client_; }
     net::any_io_executor executor() { return stream_.get_executor(); }
 
 private:
     using transport = session_transport<Stream>;
 
+    // The transport's handshake, if it has one; false when the connection should end.
+    net::awaitable<bool> handshake();
     net::awaitable<void> serve();
     net::awaitable<bool> wait_for_request();
     net::awaitable<beast::error_code> read_until(detail::request_parser& parser,
@@ -137,6 +153,7 @@ private:
     limiter::permit connection_;
     metrics::gauge_guard open_gauge_;
     std::string peer_;
+    std::string client_;
     std::string head_; // the serialised response head, reused across requests
     // Only touched on the stream's executor.
     bool idle_ = false;     // waiting for the first byte of a request

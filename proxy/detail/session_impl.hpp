@@ -20,6 +20,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
@@ -106,13 +107,46 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::run() {
         ~deregister() { registry.remove(id); }
     } guard{*registry_, id};
 
-    co_await serve();
+    if (co_await handshake())
+        co_await serve();
     if (!closed_)
         transport::close(stream_);
     // The socket is gone: free its place under max_connections now, not whenever the
     // last reference to this object happens to go.
     connection_.release();
     open_gauge_.reset();
+}
+
+template <class Stream> net::awaitable<bool> basic_session<Stream>::handshake() {
+    if constexpr (!requires(Stream & s) { transport::handshake(s); }) {
+        co_return true;
+    } else {
+        // Idle as far as a drain is concerned: nothing has been asked yet.
+        idle_ = true;
+        transport::expires_after(stream_, settings_.http.handshake_timeout);
+        auto ec = co_await transport::handshake(stream_);
+        idle_ = false;
+        // A drain that cancelled the handshake shows as an error; one that came just
+        // after it completed is seen by wait_for_request().
+        if (ec || closed_) {
+            const auto reason = ec ? transport::failure_of(ec) : tls_failure::closed;
+            services_.stats.count_tls_failure(reason);
+            // Debug only, as refused connections: a scanner would fill the log.
+            if (logging::enabled(logging::level::debug))
+                logging::write(logging::level::debug, "TLS handshake failed",
+                               {{"peer", peer_},
+                                {"reason", to_string(reason)},
+                                {"error", ec ? ec.message() : std::string{"closed"}}});
+            co_return false;
+        }
+        services_.stats.count_tls_handshake();
+        client_ = transport::identity(stream_);
+        if (logging::enabled(logging::level::debug))
+            logging::write(
+                logging::level::debug, "TLS handshake completed",
+                {{"peer", peer_}, {"protocol", transport::protocol(stream_)}, {"client", client_}});
+        co_return true;
+    }
 }
 
 // Waits for the first byte of the next request (already buffered when pipelined).
@@ -201,6 +235,7 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::serve() {
                     logging::level::info, "unauthorized request",
                     {{"method", std::string_view{head.method_string()}},
                      {"peer", peer_},
+                     {"client", client_},
                      {"request_id", request_id},
                      {"authorization",
                       head.count(http::field::authorization) == 0 ? "missing" : "wrong"}});
@@ -276,6 +311,7 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::serve() {
         transport::expires_never(stream_);
         handler_context ctx{services_.store, settings_, peer_, {}, &services_.stats};
         ctx.idempotency_keys = &services_.idempotency_keys;
+        ctx.client = client_;
         response res = co_await handle_request(ctx, parser.release(), std::move(target));
         if (closed_)
             co_return;
@@ -363,14 +399,23 @@ net::awaitable<void> basic_session<Stream>::reply_and_close(errc code, std::stri
 template <class Stream> net::awaitable<void> basic_session<Stream>::linger_close() {
     if (closed_)
         co_return;
+    transport::expires_after(stream_, detail::linger_time);
+    if constexpr (requires(Stream & s) { transport::close_notify(s); }) {
+        // TLS: say that the response is complete (a client reading to EOF can tell it
+        // from a truncation). Within linger_time too.
+        co_await transport::close_notify(stream_);
+        if (closed_)
+            co_return;
+    }
     beast::error_code ec;
     transport::shutdown_send(stream_, ec);
     if (ec)
         co_return;
-    transport::expires_after(stream_, detail::linger_time);
+    // What still arrives is dropped unread: below TLS, so no record need be decrypted.
+    auto& raw = beast::get_lowest_layer(stream_);
     std::array<char, 16 * 1024> scratch;
     for (std::size_t total = 0; total < detail::linger_max_bytes;) {
-        auto [rec, n] = co_await stream_.async_read_some(net::buffer(scratch), detail::use_tuple);
+        auto [rec, n] = co_await raw.async_read_some(net::buffer(scratch), detail::use_tuple);
         if (rec || closed_)
             break;
         total += n;

@@ -239,7 +239,7 @@ def test_metrics_exact(store):
     # No label names a key or a lock.
     for (name, labels) in after:
         for k, v in labels:
-            check(k in ("route", "code", "result", "op", "kind", "le", "version"),
+            check(k in ("route", "code", "result", "op", "kind", "reason", "le", "version"),
                   "unexpected label %s on %s" % (k, name))
 
     # The stale rejection is logged at warn with everything an operator needs.
