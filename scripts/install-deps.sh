@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fencekeeper needs, only those that are missing.
 #   install-deps.sh build   compiler, CMake and libraries (enough for scripts/run.sh)
-#   install-deps.sh test    build + Postgres, Redis, etcd, curl, clang, faketime,
+#   install-deps.sh test    build + Postgres, Redis, etcd, curl, openssl (test_tls.py makes
+#                           its certificates), clang, faketime,
 #                           python3-prometheus-client and wrk (scripts/test.sh;
 #                           test_file_scale.py writes its keys with wrk),
 #                           python3-jsonschema and python3-yaml (every answer the
@@ -14,7 +15,7 @@ set -euo pipefail
 what="${1:-build}"
 
 build_pkgs=(build-essential cmake nlohmann-json3-dev doctest-dev libpq-dev libsqlite3-dev libssl-dev python3)
-test_pkgs=(sqlite3 postgresql redis-server redis-tools etcd-server etcd-client curl clang libclang-rt-14-dev faketime
+test_pkgs=(sqlite3 postgresql redis-server redis-tools etcd-server etcd-client curl openssl clang libclang-rt-14-dev faketime
            python3-prometheus-client wrk python3-jsonschema python3-yaml)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
