@@ -331,6 +331,7 @@ problems below).
 # right after the other. At one client (closed loop) a request's mean latency is 1 ÷ rate,
 # so "latency ÷ a PUT's" = PUT rate ÷ transaction rate, per round; median and range.
 TXN_LATENCY_TARGET = 3.0   # a 10-op transaction's latency ÷ a single PUT's, at 1 client
+TXN_SHARED_FSYNCS = 0.5    # P: WAL fsyncs a transaction adds beyond the batches' (1: its own)
 txn_rows = tsv("txn.tsv")
 txn_text = ""
 if txn_rows:
@@ -424,6 +425,13 @@ if txn_rows:
                      f"{fmt_rate(float(m['txn_rate'] or 0)) if side == 'mix' else '—'} | {b:,} | "
                      f"{t:,} | {w:,} | {per} | {extra} |")
         med_extra = f"{statistics.median(extras):.2f}" if extras else "—"
+        # Shared when most transactions ride on a batch's fsync: under half a fsync each.
+        name = (f"T P: transactions share group commit with single writes (WAL fsyncs per "
+                f"transaction beyond the batches' ≤ {TXN_SHARED_FSYNCS:g})")
+        if extras:
+            verdicts.append((name, med_extra, statistics.median(extras) <= TXN_SHARED_FSYNCS))
+        else:
+            verdicts.append((name, "not measured", None))
         mix_text = f"""
 **Transactions beside group commit (P).** In every round, P's fencekeeper gets single
 `PUT`s at 8 clients for {meta.get('duration', '?')} s alone ("puts"), and the same with one

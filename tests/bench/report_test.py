@@ -286,6 +286,9 @@ class VerdictTest(unittest.TestCase):
         r = Report(normal_rows(scens="H"), txn=txn, mix=mix)
         sec = r.section("Transactions")
         self.assertIn("Median: **0.50**", sec)
+        v = r.verdicts()
+        self.assertEqual(v["T P: transactions share group commit with single writes (WAL fsyncs per "
+                           "transaction beyond the batches' ≤ 0.5)"], ("0.50", "**PASS**"))
         rows = [[x.strip() for x in l.strip().strip("|").split("|")]
                 for l in sec.splitlines() if re.match(r"^\| [0-9]+ \| (puts|mix) \|", l)]
         self.assertEqual(len(rows), 6)
@@ -293,6 +296,11 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(rows[1][1:], ["mix", "5,000", "50", "900", "500", "970", "1.44", "0.50"])
         self.assertEqual(rows[3][8], "1.00")
         self.assertEqual(rows[5][8], "0.00")
+        # Each transaction with a fsync of its own: 900 × 0.8 + 500 = 1220 in every round.
+        mix = [m for rnd in (1, 2) for m in ((rnd, "puts", 1000, 0, 800), (rnd, "mix", 900, 500, 1220))]
+        v = Report(normal_rows(scens="H"), txn=txn, mix=mix).verdicts()
+        self.assertEqual(v["T P: transactions share group commit with single writes (WAL fsyncs per "
+                           "transaction beyond the batches' ≤ 0.5)"], ("1.00", "**MISS**"))
 
 
 if __name__ == "__main__":
