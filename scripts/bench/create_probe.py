@@ -5,7 +5,10 @@ file system, in µs per file (printed alone on stdout).
 Each file is opened with O_CREAT | O_EXCL, written and closed, as fencekeeper's file store
 creates a new key's body; N (300) files in DIR, which must not exist yet. None is deleted:
 deleting them would make later inode allocations on ext4 dearer (bench.sh runs this
-between measurements). Python adds a few µs per file, so this is a little high.
+between measurements). Python adds a few µs per file, so this is a little high. ext4
+places the directory where it likes: a file here can cost far more (or less) than one in
+the store's own directories at the same moment, so this indicates the file system's
+state; it bounds nothing.
 """
 import os
 import sys

@@ -349,7 +349,7 @@ if txn_rows:
     lines = []
     out = lines.append
     out("| id | store | clients | PUTs/s | transactions/s (10 puts each) | mean latency: PUT / transaction "
-        "| transaction latency ÷ PUT's (median) | range | target | | floor ÷ PUT's: (PUT + 9 new files) ÷ PUT "
+        "| transaction latency ÷ PUT's (median) | range | target | | (PUT + 9 new files) ÷ PUT "
         "| a new file (µs, median) | writes/s in transactions "
         "| fencekeeper CPU-µs/req: PUT / transaction |")
     out("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|")
@@ -378,8 +378,6 @@ if txn_rows:
             else:
                 ok = x[0] <= TXN_LATENCY_TARGET
                 verdict = "**PASS**" if ok else "**MISS**"
-                if not ok and floor is not None and floor > TXN_LATENCY_TARGET:
-                    verdict += f" (out of reach on this file system: floor {floor:.2f})"
                 verdicts.append((name, f"{x[0]:.2f}", ok))
         put, tx = med("put"), med("txn")
         mean_lat = (f"{1000 * c / put:.2f} ms / {1000 * c / tx:.2f} ms" if put and tx else "—")
@@ -455,10 +453,11 @@ T only. At 1 client (closed loop) the mean latency is 1 ÷ rate, so the ratio is
 transaction's latency over a single PUT's at low load. Medians over rounds of the
 per-round ratios. "Writes/s in transactions" counts each transaction's 10 puts. "A new
 file" is what creating one new {meta.get('body', 256)}-byte file cost on that store's file
-system after the round's runs (`scripts/bench/create_probe.py`, 300 files); a
-10-new-key transaction creates ten files where a `PUT` creates one, so no store that
-keeps a file per key can bring the ratio below the floor, 1 + 9 × that ÷ a `PUT`'s
-latency.
+system after the round's runs (`scripts/bench/create_probe.py`, 300 files in a directory
+of its own), and "(PUT + 9 new files) ÷ PUT" what a 10-new-key transaction would cost
+if its nine extra files cost that much. It is an indication of the file system's state,
+not a bound: ext4 places the probe's directory where it likes, and a file there has been
+measured at ten times what fencekeeper was paying in its own directories at the same time.
 
 {chr(10).join(lines)}
 {mix_text}"""
