@@ -109,9 +109,8 @@ tls_context_result make_tls_context(const config::tls_settings& t) {
     boost::system::error_code ec;
     // An encrypted key fails to load instead of OpenSSL asking for a passphrase on the
     // terminal (blocking start, or the reload thread, forever).
-    ctx->set_password_callback([](std::size_t, ssl::context::password_purpose) {
-        return std::string{};
-    });
+    ctx->set_password_callback(
+        [](std::size_t, ssl::context::password_purpose) { return std::string{}; });
     ctx->use_certificate_chain_file(cert, ec);
     if (ec) {
         r.error = "tls.cert_file '" + cert + "': not a PEM certificate chain (" +
