@@ -86,21 +86,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
-    port_free "$p" && { echo "$p"; return; }
-  done
-  die "no free port found"
-}
+# shellcheck source=lib/ports.sh
+source scripts/lib/ports.sh
 
 # A port nobody answers on can still be taken (by another program's outgoing connection,
 # or a listener that starts meanwhile): a Redis that cannot bind exits, and the next
 # attempt takes another port.
 for attempt in 1 2 3 4 5; do
-  redis_port=$(free_port)
+  redis_port=$(free_port) || die "no free port found"
   redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$tmp" >"$tmp/redis.log" 2>&1 &
   redis_pid=$!

@@ -158,21 +158,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
-    port_free "$p" && { echo "$p"; return; }
-  done
-  setup_error "no free port found"
-}
+# shellcheck source=lib/ports.sh
+source "$repo/scripts/lib/ports.sh"
 
 # A port nobody answers on can still be taken meanwhile: a server that cannot bind exits,
 # and the next attempt takes another port.
 if [[ $service == redis && -z $redis_url ]]; then
   for attempt in 1 2 3 4 5; do
-    port=$(free_port)
+    port=$(free_port) || setup_error "no free port found"
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
       --dir "$tmp" >"$tmp/redis.log" 2>&1 &
     redis_pid=$!
@@ -207,7 +200,8 @@ fi
 
 if [[ $service == etcd && -z $etcd_url ]]; then
   for attempt in 1 2 3 4 5; do
-    cport=$(free_port) pport=$(free_port)
+    cport=$(free_port) || setup_error "no free port found"
+    pport=$(free_port) || setup_error "no free port found"
     [[ $cport == "$pport" ]] && continue
     rm -rf "$tmp/etcd"
     etcd --name zc --data-dir "$tmp/etcd" \
