@@ -455,7 +455,9 @@ void file_store::release_claims(const std::vector<std::string>& keys) {
 
 void file_store::abandon_staged(pending& p) {
     drop_staged(p);
-    release_claims(held_claims(p));
+    std::vector<std::string> keys;
+    held_claims(p, keys);
+    release_claims(keys);
     // Released once: the key may be claimed by another write afterwards.
     if (p.txn)
         for (auto& part : p.txn->parts)
@@ -463,8 +465,7 @@ void file_store::abandon_staged(pending& p) {
     p.direct = false;
 }
 
-std::vector<std::string> file_store::held_claims(const pending& p) {
-    std::vector<std::string> keys;
+void file_store::held_claims(const pending& p, std::vector<std::string>& keys) {
     if (p.txn) {
         for (const auto& part : p.txn->parts)
             if (part.direct)
@@ -472,7 +473,6 @@ std::vector<std::string> file_store::held_claims(const pending& p) {
     } else if (p.direct) {
         keys.push_back(p.key);
     }
-    return keys;
 }
 
 int file_store::unplace_parts(pending& t, std::vector<std::string>& claimed) {

@@ -270,8 +270,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         ~claims_release() { store.release_claims(keys); }
     } release_at_return{*this, claimed};
     for (auto& p : batch)
-        for (auto& k : held_claims(*p))
-            claimed.push_back(std::move(k));
+        held_claims(*p, claimed);
 
     if (failed_) {
         unlink_tmps();

@@ -228,8 +228,9 @@ private:
     // drop_staged, plus held_claims(p), which it then holds no more: for an item that
     // never reaches a batch.
     void abandon_staged(pending& p);
-    // The claims `p` took before its batch: a direct body's, a transaction's direct parts'.
-    static std::vector<std::string> held_claims(const pending& p);
+    // Appends the claims `p` took before its batch to `keys`: a direct body's, a
+    // transaction's direct parts'. (Per item of every batch: no vector of its own.)
+    static void held_claims(const pending& p, std::vector<std::string>& keys);
     // A transaction about to wait for another item's direct body gives up its own claims
     // first: each direct part's body is renamed to a temp name and its claim released
     // (claims_mutex_ held). 0, or the errno of a failed rename (the part stays direct).
