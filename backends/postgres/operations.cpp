@@ -142,26 +142,24 @@ operations::run_keyed_on(detail::connection& c, const entry& op, const operation
     const std::vector<detail::pipeline_step> finish{{sql::name::op_record, &record_params},
                                                     {sql::name::commit, &none}};
     auto f = co_await c.exec_pipeline(finish, timeout_);
-    // A server error for the record (FKR01: the key's record committed meanwhile) or the
-    // COMMIT is definite: the transaction did not commit.
-    for (const auto& res : f.results) {
-        if (!res.server_error())
-            continue;
+    const auto v = commit_verdict_of(f, finish.size() - 1);
+    // A server error for the record (FKR01: the key's record committed meanwhile), or an
+    // ordinary one for the COMMIT: the transaction did not commit.
+    if (v.what == commit_verdict::kind::rolled_back) {
         co_await roll_back(c);
-        if (res.sqlstate == sql::sqlstate_retry)
+        if (v.error.sqlstate == sql::sqlstate_retry)
             co_return std::nullopt;
-        co_return failure<operation_result>(
-            transient_sqlstate(res.sqlstate) ? errc::unavailable : errc::internal,
-            "database error " + res.sqlstate + ": " + res.message + "; nothing was applied");
+        co_return failure<operation_result>(transient_sqlstate(v.error.sqlstate) ? errc::unavailable
+                                                                                 : errc::internal,
+                                            "database error " + v.error.sqlstate + ": " +
+                                                v.error.message + "; nothing was applied");
     }
-    // COMMIT runs when its Execute arrives, before the Sync: once any of this exchange
-    // may have left us, the outcome is unknown.
-    if (f.t != exec_outcome::transport::ok)
+    if (v.what == commit_verdict::kind::unknown)
         co_return failure<operation_result>(
             errc::outcome_unknown, "database connection lost while committing; the operation "
                                    "may or may not have been applied (a retry with the same "
                                    "Idempotency-Key tells)");
-    if (f.results.size() < 3 || !f.results[0].ok() || !f.results[1].ok())
+    if (v.what != commit_verdict::kind::committed)
         co_return failure<operation_result>(errc::internal, "unexpected commit result");
     co_return r;
 }

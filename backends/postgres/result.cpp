@@ -235,6 +235,37 @@ bool rerun_sqlstate(std::string_view s) noexcept {
     return s == sql::sqlstate_retry || s == "40P01" || s == "40001";
 }
 
+commit_verdict commit_verdict_of(const exec_outcome& o, std::size_t commit_at) {
+    commit_verdict v;
+    if (commit_at < o.results.size() && o.results[commit_at].ok()) {
+        for (std::size_t i = 0; i < commit_at; ++i)
+            if (!o.results[i].ok())
+                return v; // malformed: after an error the server skips to the Sync
+        v.what = commit_verdict::kind::committed;
+        return v;
+    }
+    for (std::size_t i = 0; i <= commit_at && i < o.results.size(); ++i) {
+        const auto& r = o.results[i];
+        if (!r.server_error())
+            continue;
+        const auto cls = std::string_view(r.sqlstate).substr(0, 3);
+        const bool session_ended =
+            o.t != exec_outcome::transport::ok || cls == "57P" || cls.substr(0, 2) == "08";
+        if (i == commit_at && session_ended) {
+            v.what = commit_verdict::kind::unknown;
+            return v;
+        }
+        v.what = commit_verdict::kind::rolled_back;
+        v.error = r;
+        return v;
+    }
+    // Any transport failure, even before the Sync left: the server runs COMMIT when its
+    // Execute arrives, so a partly sent pipeline may have committed.
+    if (o.t != exec_outcome::transport::ok)
+        v.what = commit_verdict::kind::unknown;
+    return v;
+}
+
 write_mapping map_write_row(const result_table& t, token_t token, bool is_put) {
     // Columns: mismatch, pre_failed, key_lock, applied, version, created, seen_fence, raced.
     if (t.rows.size() != 1 || t.columns.size() < 7) {
@@ -452,25 +483,24 @@ fence_result map_read_fence(const exec_outcome& o, std::string lock) {
 write_mapping map_raise_floor(const exec_outcome& o, const floor_request& req) {
     constexpr std::size_t leading = 3; // BEGIN and the two LOCKs
     write_mapping m;
-    for (const auto& r : o.results) {
-        if (!r.server_error())
-            continue;
-        if (rerun_sqlstate(r.sqlstate))
+    const auto v = commit_verdict_of(o, leading + 1);
+    if (v.what == commit_verdict::kind::rolled_back) {
+        if (rerun_sqlstate(v.error.sqlstate))
             m.retry = true;
         else
-            m.result = server_failure<write_result>(r);
+            m.result = server_failure<write_result>(v.error);
         return m;
     }
-    if (auto f = transport_failure<write_result>(o, true)) {
-        m.result = std::move(*f);
+    if (v.what == commit_verdict::kind::unknown) {
+        m.result = failure<write_result>(
+            errc::outcome_unknown,
+            "database connection lost while committing the floor; it may or may not have "
+            "been raised (raising it again to the same token answers 409 if it was)");
         return m;
     }
-    bool shape_ok = o.results.size() == leading + 3 &&
-                    o.results[leading + 2].st == result_table::status::pipeline_sync;
-    for (std::size_t i = 0; shape_ok && i <= leading + 1; ++i)
-        shape_ok = o.results[i].ok();
     // Columns: applied, floor_token, raced, rec_same, rec_token, floor_count.
-    if (!shape_ok || o.results[leading].rows.size() != 1 || o.results[leading].columns.size() < 6) {
+    if (v.what != commit_verdict::kind::committed || o.results[leading].rows.size() != 1 ||
+        o.results[leading].columns.size() < 6) {
         m.result = failure<write_result>(errc::internal, "unexpected floor statement result");
         return m;
     }

@@ -65,6 +65,21 @@ bool transient_sqlstate(std::string_view sqlstate) noexcept;
 // failure.
 bool rerun_sqlstate(std::string_view sqlstate) noexcept;
 
+// How an exchange that ends an explicit transaction ([..., COMMIT, Sync]) ended, with
+// `commit_at` the index of its COMMIT. The COMMIT's own result is the proof: the server
+// commits before it sends COMMIT's CommandComplete, and a backend terminated after that
+// reports its FATAL against the Sync (then closes), so a successful COMMIT result means
+// committed whatever follows. Before it: a server error on an earlier step, or an ordinary
+// error on the COMMIT with the session still alive (say 40001), rolled back; a lost
+// connection, or a session-ending error (class 08 or 57P) on the COMMIT itself, leaves the
+// outcome unknown. docs/api.md#durability-and-retries says what each promises.
+struct commit_verdict {
+    enum class kind { committed, rolled_back, unknown, malformed };
+    kind what = kind::malformed;
+    result_table error; // rolled_back: the server error that did it (a copy)
+};
+commit_verdict commit_verdict_of(const exec_outcome& o, std::size_t commit_at);
+
 // ---- writes (put, delete, advance_fence) ----
 
 // The result of mapping: either a final write_result, or "re-run the statement" when a

@@ -255,29 +255,24 @@ net::awaitable<txn_attempt> run_txn_on(detail::connection& c, operations& ops,
     }
     finish.push_back({sql::name::commit, &none});
     auto f = co_await c.exec_pipeline(finish, timeout);
-    // A server error for the record (FKR01: a record under the key committed meanwhile) or
-    // the COMMIT is definite: the transaction did not commit.
-    for (const auto& res : f.results) {
-        if (!res.server_error())
-            continue;
+    const auto v = commit_verdict_of(f, finish.size() - 1);
+    // A server error for the record (FKR01: a record under the key committed meanwhile),
+    // or an ordinary one for the COMMIT: the transaction did not commit.
+    if (v.what == commit_verdict::kind::rolled_back) {
         co_await roll_back(c, timeout);
-        if (rerun_sqlstate(res.sqlstate))
+        if (rerun_sqlstate(v.error.sqlstate))
             co_return rerun();
         co_return answer(failure<txn_result>(
-            transient_sqlstate(res.sqlstate) ? errc::unavailable : errc::internal,
-            "database error " + res.sqlstate + ": " + res.message + "; nothing was applied"));
+            transient_sqlstate(v.error.sqlstate) ? errc::unavailable : errc::internal,
+            "database error " + v.error.sqlstate + ": " + v.error.message +
+                "; nothing was applied"));
     }
-    // COMMIT runs when its Execute arrives, before the Sync: once any of this exchange may
-    // have left us, the outcome is unknown.
-    if (f.t != transport::ok)
+    if (v.what == commit_verdict::kind::unknown)
         co_return answer(failure<txn_result>(
             errc::outcome_unknown,
             "database connection lost while committing; the transaction may or may not have "
             "been applied (a retry with the same Idempotency-Key tells)"));
-    bool committed = f.results.size() == finish.size() + 1;
-    for (std::size_t i = 0; committed && i < finish.size(); ++i)
-        committed = f.results[i].ok();
-    if (!committed)
+    if (v.what != commit_verdict::kind::committed)
         co_return answer(failure<txn_result>(errc::internal, "unexpected commit result"));
     done.results = std::move(checks.results);
     co_return done;

@@ -199,11 +199,13 @@ TEST_CASE("map_read_fence: the floor sets the fence when it is above the own one
     CHECK(pg::map_read_fence(table({null, null, null, null, null}), "L").error == errc::not_found);
 }
 
-TEST_CASE("map_raise_floor: 503 before the Sync left, 504 after, a server error is definite") {
+TEST_CASE("map_raise_floor: 504 once the COMMIT may have left, a server error is definite") {
     const auto req = floor_req("p", 5);
+    // COMMIT runs at its Execute: a pipeline that failed before its Sync left may still
+    // have committed.
     pg::exec_outcome unsent;
     unsent.t = pg::exec_outcome::transport::failed_unsent;
-    CHECK(pg::map_raise_floor(unsent, req).result.error == errc::unavailable);
+    CHECK(pg::map_raise_floor(unsent, req).result.error == errc::outcome_unknown);
     pg::exec_outcome lost;
     lost.t = pg::exec_outcome::transport::failed_after_send;
     CHECK(pg::map_raise_floor(lost, req).result.error == errc::outcome_unknown);
@@ -218,6 +220,25 @@ TEST_CASE("map_raise_floor: 503 before the Sync left, 504 after, a server error 
     err.sqlstate = "FKR01";
     lost.results = {err};
     CHECK(pg::map_raise_floor(lost, req).retry);
+
+    // The COMMIT's result arrived, then the backend was terminated (its FATAL comes against
+    // the Sync): the floor was raised.
+    pg::result_table ok;
+    ok.st = pg::result_table::status::command_ok;
+    pg::result_table row;
+    row.st = pg::result_table::status::tuples_ok;
+    for (auto n : {"applied", "floor_token", "raced", "rec_same", "rec_token", "floor_count"})
+        row.columns.push_back({n, 25});
+    row.rows.push_back({"5", std::nullopt, "f", std::nullopt, std::nullopt, "1"});
+    err.sqlstate = "57P01";
+    lost.t = pg::exec_outcome::transport::failed_after_send;
+    lost.results = {ok, ok, ok, row, ok, err};
+    const auto m = pg::map_raise_floor(lost, req);
+    CHECK(m.result.error == errc::ok);
+    CHECK(m.result.token == 5);
+    // The same FATAL against the COMMIT itself: unknown.
+    lost.results = {ok, ok, ok, row, err};
+    CHECK(pg::map_raise_floor(lost, req).result.error == errc::outcome_unknown);
 }
 
 TEST_CASE("postgres floors: raise, refuse equal and lower, list bytewise, read_fence") {

@@ -145,6 +145,51 @@ TEST_CASE("sqlstate classes") {
         CHECK_FALSE(transient_sqlstate(s));
 }
 
+TEST_CASE("commit verdict: the COMMIT's own result decides, whatever follows it") {
+    using kind = commit_verdict::kind;
+    result_table ok;
+    ok.st = result_table::status::command_ok;
+    result_table sync;
+    sync.st = result_table::status::pipeline_sync;
+    result_table aborted;
+    aborted.st = result_table::status::pipeline_aborted;
+    auto outcome = [](std::vector<result_table> rs, transport t = transport::ok) {
+        exec_outcome o;
+        o.results = std::move(rs);
+        o.t = t;
+        return o;
+    };
+    // [record, COMMIT, Sync]: COMMIT at 1.
+    CHECK(commit_verdict_of(outcome({ok, ok, sync}), 1).what == kind::committed);
+    // A backend terminated after COMMIT: its FATAL comes against the Sync, and the
+    // connection closes. The transaction committed (this was answered 503 before).
+    CHECK(
+        commit_verdict_of(outcome({ok, ok, server_error("57P01")}, transport::failed_after_send), 1)
+            .what == kind::committed);
+    CHECK(commit_verdict_of(outcome({ok, ok}, transport::failed_after_send), 1).what ==
+          kind::committed);
+    // An error before the COMMIT rolled back, whatever happened to the connection then.
+    auto v = commit_verdict_of(
+        outcome({server_error("FKR01"), aborted, sync}, transport::failed_after_send), 1);
+    CHECK(v.what == kind::rolled_back);
+    CHECK(v.error.sqlstate == "FKR01");
+    // An ordinary error on the COMMIT, the session alive: rolled back.
+    v = commit_verdict_of(outcome({ok, server_error("40001"), sync}), 1);
+    CHECK(v.what == kind::rolled_back);
+    // A session-ending error on the COMMIT itself, or a lost connection before its
+    // result: unknown, also when the Sync had not left (COMMIT runs at its Execute).
+    CHECK(commit_verdict_of(outcome({ok, server_error("57P01")}, transport::failed_after_send), 1)
+              .what == kind::unknown);
+    CHECK(commit_verdict_of(outcome({ok, server_error("57P01"), sync}), 1).what == kind::unknown);
+    CHECK(commit_verdict_of(outcome({ok, server_error("08006"), sync}), 1).what == kind::unknown);
+    CHECK(commit_verdict_of(outcome({ok}, transport::failed_after_send), 1).what == kind::unknown);
+    CHECK(commit_verdict_of(outcome({}, transport::timeout_after_send), 1).what == kind::unknown);
+    CHECK(commit_verdict_of(outcome({}, transport::failed_unsent), 1).what == kind::unknown);
+    // No error and no COMMIT result: a shape we do not know.
+    CHECK(commit_verdict_of(outcome({ok, aborted, sync}), 1).what == kind::malformed);
+    CHECK(commit_verdict_of(outcome({aborted, ok, sync}), 1).what == kind::malformed);
+}
+
 TEST_CASE("get: binary row, not found, reads never report outcome_unknown") {
     result_table t;
     t.st = result_table::status::tuples_ok;
