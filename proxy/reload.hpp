@@ -18,7 +18,8 @@ struct reload_result {
 
 // Parses the original command line `args` again: the config file (if --config was given)
 // is read anew and the flags still override it. Then resolves the token (the token file,
-// else FENCEKEEPER_AUTH_TOKEN) and, with `tls` (the listener speaks TLS), builds a new
+// else FENCEKEEPER_AUTH_TOKEN), or loads auth.clients (every token file; a client list
+// that does not load whole is refused, and the old list stays), and, with `tls` (the listener speaks TLS), builds a new
 // TLS context from the tls.* settings (certificate, key, client CA, min version); only
 // when all of that succeeds are the token, the log level and the TLS context swapped in
 // together (new handshakes use the new context; open connections keep theirs). On any
