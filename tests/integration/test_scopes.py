@@ -121,6 +121,16 @@ def test_two_tenants_cannot_touch_each_other(store):
                   "PUT floor by a non-admin")
         forbidden(c.request("GET", "/metrics", headers=B), "/metrics without metrics: true")
 
+        # Refused from the head: a body still on the wire is never read, and the
+        # connection is closed after the 403, as after a 401.
+        with p.raw() as raw:
+            raw.send_raw(("PUT /v1/resources/a/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                          "Fencing-Token: 99\r\nContent-Length: 1000000\r\n\r\n"
+                          % TOKENS["beta"]).encode())
+            r = raw.read_response()
+            eq(r.status, 403, "403 before the body")
+            check(raw.is_closed(), "connection closed after a 403 with a body pending")
+
         # Nothing moved: alpha's data and fence, and the op beta's transaction put first.
         r = c.get("a/x", headers=A)
         eq((r.status, r.body, r.header("Fencing-Token")), (200, b"alpha", "10"), "alpha's key intact")
