@@ -20,7 +20,7 @@ struct parse_error {
     std::string message; // names the flag or key and says what is wrong
 };
 
-enum class key_type { integer, string, boolean, object };
+enum class key_type { integer, string, boolean, object, array };
 std::string_view to_string(key_type t) noexcept; // "integer", ... as the docs write it
 
 struct config_key {

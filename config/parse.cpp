@@ -5,6 +5,7 @@
 #include "config/parse.hpp"
 
 #include "config/json_depth.hpp"
+#include "fence/names.hpp"
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -52,6 +53,10 @@ constexpr std::size_t max_config_file_bytes = 1024 * 1024;
 // a linear scan.
 constexpr std::size_t max_json_depth = 16;
 constexpr std::size_t max_operation_name = 64;
+// auth.clients: bounds on a list that is matched on every request.
+constexpr std::size_t max_auth_clients = 1000;
+constexpr std::size_t max_client_prefixes = 100;
+constexpr std::size_t max_tls_identity_bytes = 1024;
 constexpr std::size_t max_host_bytes = 253;
 
 // Every message is one line: control bytes that reach it from the parser's own text (an
@@ -248,6 +253,23 @@ error check_tls(const tls_settings& t) {
     return std::nullopt;
 }
 
+// Scoped clients replace the single token rather than sit beside it: with both, which one
+// a request's token matched would decide its scope, and a leaked shared token would undo
+// every scope. An mTLS identity means nothing without mTLS.
+error check_auth(const settings& s) {
+    if (s.auth_clients.empty())
+        return std::nullopt;
+    if (s.auth_token_file)
+        return fail("auth.clients and auth_token_file (--auth-token-file) cannot be combined: "
+                    "give the shared token its own client with write_prefixes [\"\"] instead");
+    if (!s.tls.client_ca_file)
+        for (const auto& c : s.auth_clients)
+            if (c.tls_identity)
+                return fail("auth.clients: client " + in_quotes(c.name) +
+                            " has a tls_identity, which needs mTLS (tls.client_ca_file)");
+    return std::nullopt;
+}
+
 error apply_level(std::string_view text, const std::string& name, settings& into) {
     auto l = logging::parse_level(text);
     if (!l)
@@ -315,6 +337,100 @@ error apply_operations(const json& obj, const std::string& path,
             return fail(join(p, "sql") + ": missing (each operation needs an \"sql\" string)");
         out[name] = std::move(op);
     }
+    return std::nullopt;
+}
+
+// auth.clients (docs/configuration.md, "`auth`"): every client is checked here except its
+// token file, which proxy/preflight.hpp reads (and checks for tokens shared by two clients).
+error read_prefixes(const json& v, const std::string& p, std::vector<std::string>& out) {
+    if (!v.is_array())
+        return fail(p + ": expected an array of strings, got " + type_name(v));
+    if (v.size() > max_client_prefixes)
+        return fail(p + ": at most " + std::to_string(max_client_prefixes) + " prefixes");
+    for (const auto& e : v) {
+        std::string prefix;
+        if (auto err = read_string(e, p + "[]", prefix))
+            return err;
+        // "" is every name; anything else must be a valid lock name, as the listing's
+        // prefix must (it is passed to the store as one).
+        if (!prefix.empty() && fence::validate_lock_name(prefix) != errc::ok)
+            return fail(p + ": " + in_quotes(prefix) +
+                        " is not a valid name prefix (UTF-8, no control characters, at most "
+                        "1024 bytes)");
+        out.push_back(std::move(prefix));
+    }
+    return std::nullopt;
+}
+
+error apply_auth_clients(const json& v, const std::string& path, std::vector<auth_client>& out) {
+    if (!v.is_array())
+        return fail(path + ": expected an array of client objects, got " + type_name(v));
+    if (v.empty())
+        return fail(path + ": list at least one client (leave the key out for no scoped clients)");
+    if (v.size() > max_auth_clients)
+        return fail(path + ": at most " + std::to_string(max_auth_clients) + " clients");
+    std::vector<auth_client> clients;
+    std::set<std::string> names, identities, token_files;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string p = path + "[" + std::to_string(i) + "]";
+        if (auto e = expect_object(v[i], p))
+            return e;
+        auth_client c;
+        for (const auto& [key, val] : v[i].items()) {
+            const std::string kp = join(p, key);
+            error e;
+            if (key == "name") {
+                e = read_string(val, kp, c.name);
+                if (!e && !is_operation_name(c.name))
+                    e = fail(kp + ": expected 1 to 64 characters from A-Z a-z 0-9 _ . -, got " +
+                             in_quotes(c.name));
+            } else if (key == "token_file") {
+                std::string text;
+                e = read_string(val, kp, text);
+                if (!e)
+                    e = apply_path(text, kp, c.token_file);
+            } else if (key == "tls_identity") {
+                std::string id;
+                e = read_string(val, kp, id);
+                const bool ok = !id.empty() && id.size() <= max_tls_identity_bytes &&
+                                std::none_of(id.begin(), id.end(), [](char ch) {
+                                    const auto u = static_cast<unsigned char>(ch);
+                                    return u < 0x20 || u == 0x7f;
+                                });
+                if (!e && !ok)
+                    e = fail(kp + ": expected 1 to 1024 bytes without control characters");
+                if (!e)
+                    c.tls_identity = std::move(id);
+            } else if (key == "write_prefixes") {
+                e = read_prefixes(val, kp, c.write_prefixes);
+            } else if (key == "read_prefixes") {
+                e = read_prefixes(val, kp, c.read_prefixes);
+            } else if (key == "metrics") {
+                e = read_bool(val, kp, c.metrics);
+            } else if (key == "admin") {
+                e = read_bool(val, kp, c.admin);
+            } else {
+                e = unknown_key(kp);
+            }
+            if (e)
+                return e;
+        }
+        if (c.name.empty())
+            return fail(join(p, "name") + ": missing (each client needs a name, for the logs)");
+        if (c.token_file.has_value() == c.tls_identity.has_value())
+            return fail(p + ": give exactly one of \"token_file\" and \"tls_identity\" (client " +
+                        in_quotes(c.name) + ")");
+        if (!names.insert(c.name).second)
+            return fail(p + ": client name " + in_quotes(c.name) + " is used twice");
+        if (c.tls_identity && !identities.insert(*c.tls_identity).second)
+            return fail(p + ": tls_identity " + in_quotes(*c.tls_identity) +
+                        " is given to two clients");
+        if (c.token_file && !token_files.insert(*c.token_file).second)
+            return fail(p + ": token_file " + in_quotes(*c.token_file) +
+                        " is given to two clients");
+        clients.push_back(std::move(c));
+    }
+    out = std::move(clients);
     return std::nullopt;
 }
 
@@ -443,6 +559,38 @@ std::vector<config_key> make_keys() {
     k.push_back(section("file", "", "file store settings"));
     k.push_back(section("idempotency", "", "Idempotency-Key records"));
     k.push_back(section("tls", "", "TLS and mTLS on the listener"));
+    k.push_back(section("auth", "", "scoped clients"));
+    config_key clients{"auth.clients",
+                       key_type::array,
+                       0,
+                       0,
+                       "1 to 1000 client objects",
+                       {},
+                       "scoped callers: who each is, and which names it may read and write",
+                       {},
+                       {}};
+    clients.apply = [](const json& v, const std::string& p, settings& s) {
+        return apply_auth_clients(v, p, s.auth_clients);
+    };
+    clients.value = [](const settings& s) {
+        if (s.auth_clients.empty())
+            return json();
+        json a = json::array();
+        for (const auto& c : s.auth_clients) {
+            json o{{"name", c.name},
+                   {"write_prefixes", c.write_prefixes},
+                   {"read_prefixes", c.read_prefixes},
+                   {"metrics", c.metrics},
+                   {"admin", c.admin}};
+            if (c.token_file)
+                o["token_file"] = *c.token_file;
+            if (c.tls_identity)
+                o["tls_identity"] = *c.tls_identity;
+            a.push_back(std::move(o));
+        }
+        return a;
+    };
+    k.push_back(std::move(clients));
     config_key ops = section("operations", "none", "named SQL statements");
     ops.apply = [](const json& v, const std::string& p, settings& s) {
         return apply_operations(v, p, s.operations);
@@ -681,6 +829,8 @@ std::string_view to_string(key_type t) noexcept {
         return "boolean";
     case key_type::object:
         return "object";
+    case key_type::array:
+        return "array";
     }
     return "unknown";
 }
@@ -939,6 +1089,8 @@ std::variant<command_line, parse_error> parse_command_line(const std::vector<std
             return *e;
     }
     if (auto e = check_tls(cl.values.tls))
+        return *e;
+    if (auto e = check_auth(cl.values))
         return *e;
     return cl;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fk::config {
 
@@ -92,6 +93,20 @@ struct operation {
     bool expose_errors = false;
 };
 
+// One caller of a shared proxy (docs/operations.md, "Scoped credentials"): who it is (a
+// bearer token read from token_file, or the identity of its mTLS client certificate) and
+// what it may touch. A prefix covers every key and lock name that starts with it; "" covers
+// all; an empty list covers nothing. Write scope implies read scope.
+struct auth_client {
+    std::string name; // for logs; never the token
+    std::optional<std::string> token_file;
+    std::optional<std::string> tls_identity;
+    std::vector<std::string> write_prefixes;
+    std::vector<std::string> read_prefixes;
+    bool metrics = false; // GET /metrics
+    bool admin = false;   // fence floors (PUT /v1/floors, every floor listed)
+};
+
 struct settings {
     std::string listen_host = "127.0.0.1";
     std::uint16_t listen_port = 8080;
@@ -106,6 +121,9 @@ struct settings {
     millis shutdown_timeout{10'000}; // drain deadline on SIGTERM / SIGINT
     // Bearer token file (--auth-token-file); unset → FENCEKEEPER_AUTH_TOKEN, else auth off.
     std::optional<std::string> auth_token_file;
+    // auth.clients: scoped callers. Non-empty excludes auth_token_file and
+    // FENCEKEEPER_AUTH_TOKEN (checked by the parser and by proxy/preflight.hpp).
+    std::vector<auth_client> auth_clients;
     tls_settings tls;
 };
 

@@ -16,6 +16,8 @@ std::string_view to_string(errc e) noexcept {
         return "invalid_request";
     case errc::unauthorized:
         return "unauthorized";
+    case errc::forbidden:
+        return "forbidden";
     case errc::not_found:
         return "not_found";
     case errc::method_not_allowed:

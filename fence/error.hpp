@@ -14,6 +14,7 @@ enum class errc {
     invalid_name,            // 400
     invalid_request,         // 400
     unauthorized,            // 401
+    forbidden,               // 403: the caller's scope does not cover the key, lock or route
     not_found,               // 404
     method_not_allowed,      // 405
     stale_token,             // 409

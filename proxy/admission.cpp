@@ -53,6 +53,11 @@ admission admit(const admission_input& in) {
     if (!is_open_route(r) && !in.authorized)
         return refuse(errc::unauthorized, "missing or wrong bearer token", in.body_follows);
 
+    // 3b. Scope: the caller is known; the key, lock or route is outside what it may touch.
+    //     Still before any body byte is read, so nothing is written and no fence moves.
+    if (!is_open_route(r) && !in.forbidden.empty())
+        return refuse(errc::forbidden, std::string{in.forbidden}, in.body_follows);
+
     // 4. Body rules: open routes take none (they are served without credentials, so a
     //    body there would be memory a stranger holds); a declared length over the limit
     //    is refused before it is read.

@@ -4,7 +4,7 @@
 // ("The order of checks on a request") states, and tests/unit/proxy_admission_test.cpp
 // pins it:
 //
-//   framing → target → credentials → body rules → in-flight permit → body
+//   framing → target → credentials → scope → body rules → in-flight permit → body
 //
 // The target is parsed once (match_route), and that one result decides both the route
 // and whether credentials are needed, so the two can never disagree. A request that is
@@ -37,6 +37,9 @@ struct admission_input {
     bool authorized;                             // the credentials check passed, or auth is off
     std::optional<std::uint64_t> content_length; // as the parser read it
     std::uint64_t max_body_bytes;
+    // Non-empty: the caller's scope does not allow this request (proxy/scopes.hpp,
+    // forbidden_by_head): why, for the 403.
+    std::string_view forbidden = {};
 };
 
 struct admission {

@@ -1,5 +1,7 @@
 #include "proxy/auth.hpp"
 
+#include "proxy/scopes.hpp"
+
 #include <arpa/inet.h>
 
 #include <cerrno>
@@ -147,39 +149,118 @@ bool is_loopback_host(std::string_view host) noexcept {
     return false;
 }
 
+namespace {
+
+// The credentials of "Bearer <credentials>" (scheme in any case, spaces after it), or
+// nullopt for anything else.
+std::optional<std::string_view> bearer_credentials(std::string_view authorization) noexcept {
+    const std::string_view value = trim(authorization);
+    const auto sp = value.find(' ');
+    if (sp == std::string_view::npos || !iequals(value.substr(0, sp), "bearer"))
+        return std::nullopt;
+    return trim(value.substr(sp + 1));
+}
+
+} // namespace
+
+clients_result load_clients(const std::vector<config::auth_client>& clients) {
+    clients_result r;
+    for (const auto& c : clients) {
+        client_credentials cc;
+        cc.scope = std::make_shared<const client_scope>(
+            make_scope(c.name, c.write_prefixes, c.read_prefixes, c.metrics, c.admin));
+        if (c.token_file) {
+            auto t = load_token(*c.token_file);
+            if (!t.ok()) {
+                r.error = "auth.clients: client '" + c.name + "': " + t.error;
+                return r;
+            }
+            for (const auto& other : r.clients)
+                if (!other.token.empty() && other.token == *t.token) {
+                    r.error = "auth.clients: clients '" + other.scope->name + "' and '" + c.name +
+                              "' have the same token; each client needs its own";
+                    return r;
+                }
+            cc.token = std::move(*t.token);
+        } else if (c.tls_identity) {
+            cc.tls_identity = *c.tls_identity;
+        }
+        r.clients.push_back(std::move(cc));
+    }
+    return r;
+}
+
 authenticator::authenticator(std::optional<std::string> token) {
     set_token(std::move(token));
 }
 
-void authenticator::set_token(std::optional<std::string> token) {
-    auto next = token ? std::make_shared<const std::string>(std::move(*token)) : nullptr;
+void authenticator::set_state(std::shared_ptr<const state> next) {
     const std::lock_guard lock(mutex_);
-    token_.swap(next);
-    // The old token is released outside the lock, by `next`'s destructor.
+    state_.swap(next);
+    // The old state is released outside the lock, by `next`'s destructor.
 }
 
-std::shared_ptr<const std::string> authenticator::current() const {
+void authenticator::set_token(std::optional<std::string> token) {
+    set_state(token ? std::make_shared<const state>(state{std::move(token), {}}) : nullptr);
+}
+
+void authenticator::set_clients(std::vector<client_credentials> clients) {
+    set_state(clients.empty()
+                  ? nullptr
+                  : std::make_shared<const state>(state{std::nullopt, std::move(clients)}));
+}
+
+std::shared_ptr<const authenticator::state> authenticator::current() const {
     const std::lock_guard lock(mutex_);
-    return token_;
+    return state_;
 }
 
 bool authenticator::enabled() const noexcept {
     const std::lock_guard lock(mutex_);
-    return token_ != nullptr;
+    return state_ != nullptr;
+}
+
+bool authenticator::scoped() const noexcept {
+    const std::lock_guard lock(mutex_);
+    return state_ != nullptr && !state_->clients.empty();
+}
+
+authenticator::caller authenticator::identify(std::optional<std::string_view> authorization,
+                                              std::string_view tls_identity) const {
+    const auto s = current();
+    if (!s)
+        return {true, nullptr};
+    if (s->token) {
+        const auto credentials = bearer_credentials(authorization.value_or(""));
+        return {credentials && constant_time_equal(*credentials, *s->token), nullptr};
+    }
+    if (authorization) {
+        const auto credentials = bearer_credentials(*authorization);
+        if (!credentials)
+            return {};
+        // Every token is compared, whatever matched: the time taken says nothing about
+        // which client (or how many) a guess came close to.
+        std::shared_ptr<const client_scope> match;
+        for (const auto& c : s->clients)
+            if (!c.token.empty() && constant_time_equal(*credentials, c.token))
+                match = c.scope;
+        return {match != nullptr, std::move(match)};
+    }
+    if (tls_identity.empty())
+        return {};
+    for (const auto& c : s->clients)
+        if (!c.tls_identity.empty() && c.tls_identity == tls_identity)
+            return {true, c.scope};
+    return {};
 }
 
 bool authenticator::authorized(std::string_view authorization) const noexcept {
-    const auto token = current();
-    if (!token) {
+    const auto s = current();
+    if (!s)
         return true;
-    }
-    const std::string_view value = trim(authorization);
-    const auto sp = value.find(' ');
-    if (sp == std::string_view::npos || !iequals(value.substr(0, sp), "bearer")) {
+    if (authorization.empty())
         return false;
-    }
-    const std::string_view credentials = trim(value.substr(sp + 1));
-    return constant_time_equal(credentials, *token);
+    return identify(authorization, {}).authenticated;
 }
 
 } // namespace fk::proxy

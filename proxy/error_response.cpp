@@ -24,6 +24,8 @@ std::string_view default_message(errc e) noexcept {
         return "invalid request";
     case errc::unauthorized:
         return "missing or wrong bearer token";
+    case errc::forbidden:
+        return "outside this client's scope; nothing was read or written";
     case errc::not_found:
         return "not found";
     case errc::method_not_allowed:
@@ -65,6 +67,8 @@ http::status status_for(errc e) noexcept {
         return http::status::bad_request;
     case errc::unauthorized:
         return http::status::unauthorized;
+    case errc::forbidden:
+        return http::status::forbidden;
     case errc::not_found:
         return http::status::not_found;
     case errc::method_not_allowed:

@@ -14,6 +14,7 @@
 #include "proxy/idempotency.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/router.hpp"
+#include "proxy/scopes.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -178,6 +179,16 @@ nlohmann::json log_fields(const call& c) {
     if (!c.ctx.client.empty())
         f["client"] = c.ctx.client;
     return f;
+}
+
+// A 403 decided by a handler (a transaction op out of scope); those decided from the head
+// are logged by the session with the same message.
+void log_forbidden(const call& c, std::string_view why) {
+    auto f = log_fields(c);
+    f["method"] = std::string_view{c.req.method_string()};
+    f["route"] = to_string(c.match.kind);
+    f["detail"] = why;
+    logging::write(logging::level::info, "forbidden request", f);
 }
 
 // Times one store call: store_duration_seconds{op}, and store_errors_total{kind} when the
@@ -521,22 +532,59 @@ net::awaitable<response> put_fence(call c) {
     co_return res;
 }
 
+response fences_page(const std::vector<store::fence_info>& fences,
+                     const std::optional<std::string>& next) {
+    auto list = nlohmann::json::array();
+    for (const auto& f : fences)
+        list.push_back(fence_json(f));
+    return json_response(http::status::ok,
+                         {{"fences", std::move(list)},
+                          {"next", next ? nlohmann::json(*next) : nlohmann::json(nullptr)}});
+}
+
 net::awaitable<response> list_fences(call c) {
     store::list_request l;
     l.prefix = c.match.query.prefix;
     l.after = c.match.query.after;
     l.limit = c.match.query.limit;
-    store_timer timer{c, store_op::fence_list};
-    auto r = co_await c.ctx.store.list_fences(std::move(l));
-    timer.done(r.error);
-    if (r.error != errc::ok)
-        co_return store_failure(c, r.error, r.message);
-    auto fences = nlohmann::json::array();
-    for (const auto& f : r.fences)
-        fences.push_back(fence_json(f));
-    co_return json_response(http::status::ok,
-                            {{"fences", std::move(fences)},
-                             {"next", r.next ? nlohmann::json(*r.next) : nlohmann::json(nullptr)}});
+    // A scoped client sees only the locks it may read: the listing's prefix narrowed to
+    // each of its read prefixes under it (disjoint), each queried for a page, the pages
+    // merged. Exact pages, at most one store call per read prefix.
+    std::vector<std::string> parts{l.prefix};
+    if (c.ctx.scope && !c.ctx.scope->reads_everything())
+        parts = readable_prefixes_under(*c.ctx.scope, l.prefix);
+    if (parts.size() == 1 && parts[0] == l.prefix) {
+        store_timer timer{c, store_op::fence_list};
+        auto r = co_await c.ctx.store.list_fences(std::move(l));
+        timer.done(r.error);
+        if (r.error != errc::ok)
+            co_return store_failure(c, r.error, r.message);
+        co_return fences_page(r.fences, r.next);
+    }
+    std::vector<store::fence_info> merged;
+    bool more = false;
+    for (auto& part : parts) {
+        store::list_request sub{std::move(part), l.after, l.limit};
+        store_timer timer{c, store_op::fence_list};
+        auto r = co_await c.ctx.store.list_fences(std::move(sub));
+        timer.done(r.error);
+        if (r.error != errc::ok)
+            co_return store_failure(c, r.error, r.message);
+        more = more || r.next.has_value();
+        std::move(r.fences.begin(), r.fences.end(), std::back_inserter(merged));
+    }
+    std::sort(merged.begin(), merged.end(),
+              [](const auto& a, const auto& b) { return a.lock < b.lock; });
+    // Each part's page holds its first `limit` locks after the cursor, so the first
+    // `limit` of the union are the filtered listing's.
+    if (merged.size() > l.limit) {
+        merged.resize(l.limit);
+        more = true;
+    }
+    std::optional<std::string> next;
+    if (more && !merged.empty())
+        next = merged.back().lock;
+    co_return fences_page(merged, next);
 }
 
 // PUT /v1/floors?prefix=P (docs/api.md#fence-floors). Checked like PUT /v1/fences/{lock}:
@@ -588,10 +636,13 @@ net::awaitable<response> list_floors(call c) {
     if (r.error != errc::ok)
         co_return store_failure(c, r.error, r.message);
     auto floors = nlohmann::json::array();
+    // A scoped client that is not admin sees the floors over names it may read.
+    const bool filter = c.ctx.scope && !c.ctx.scope->admin && !c.ctx.scope->reads_everything();
     for (const auto& f : r.floors)
-        floors.push_back({{"prefix", f.prefix},
-                          {"token", f.token},
-                          {"updated_at", fence::format_rfc3339_ms(f.updated_at_ms)}});
+        if (!filter || c.ctx.scope->may_read(f.prefix))
+            floors.push_back({{"prefix", f.prefix},
+                              {"token", f.token},
+                              {"updated_at", fence::format_rfc3339_ms(f.updated_at_ms)}});
     co_return json_response(http::status::ok, {{"floors", std::move(floors)}});
 }
 
@@ -816,6 +867,16 @@ net::awaitable<response> post_transaction(call c) {
     if (parsed.error != errc::ok)
         co_return with_op_index(make_error_response(parsed.error, std::move(parsed.message)),
                                 parsed.op_index);
+    // A scoped client: every op's key and lock (after the defaults) in scope, before the
+    // Idempotency-Key is looked at and before any op runs (docs/api.md#scopes).
+    if (c.ctx.scope)
+        for (std::size_t i = 0; i < parsed.ops.size(); ++i)
+            if (auto why = forbidden_op(*c.ctx.scope, parsed.ops[i])) {
+                log_forbidden(c, *why);
+                co_return with_op_index(
+                    make_error_response(errc::forbidden, "op " + std::to_string(i) + ": " + *why),
+                    i);
+            }
 
     // The fingerprint covers the body as sent and the headers that give it meaning, as on
     // the other routes. A Fencing-Token of 0 and none at all hash alike: they differ only

@@ -12,6 +12,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@ using request = http::request<http::string_body>;
 
 class metrics;
 class inflight_keys;
+struct client_scope;
 
 struct handler_context {
     store::store& store;
@@ -38,6 +40,10 @@ struct handler_context {
     // The client certificate's identity on a mutual TLS connection (a SAN or the subject
     // CN, proxy/tls.hpp); empty otherwise. In the log lines about this request.
     std::string client = {};
+    // The scoped client's scope (proxy/scopes.hpp), already checked against the head by
+    // the session; the handlers filter listings with it and check each transaction op.
+    // Null: every name and route (no scoped clients).
+    std::shared_ptr<const client_scope> scope = {};
 };
 
 // Routes and answers one request. Never throws: a bug (an exception escaping a handler)

@@ -99,6 +99,9 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
         return 2;
     }
     proxy::authenticator auth{checked.token};
+    const std::size_t scoped_clients = checked.clients.size();
+    if (scoped_clients > 0)
+        auth.set_clients(std::move(checked.clients));
     std::optional<proxy::tls_credentials> tls;
     if (checked.tls)
         tls.emplace(std::move(checked.tls));
@@ -161,6 +164,7 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
                           {"threads", threads},
                           {"store", proxy::detail::redact_store_url(settings.store)},
                           {"auth", auth.enabled()},
+                          {"auth_clients", scoped_clients},
                           {"tls", settings.tls.enabled()},
                           {"version", FK_VERSION}};
     if (settings.tls.enabled()) {

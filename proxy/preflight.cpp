@@ -4,6 +4,8 @@
 #include "proxy/auth.hpp"
 #include "proxy/tls.hpp"
 
+#include <cstdlib>
+
 namespace fk::proxy {
 
 preflight_result preflight(const config::settings& s) {
@@ -21,9 +23,9 @@ preflight_result preflight(const config::settings& s) {
             return r;
         }
     }
-    auto token = resolve_token(s.auth_token_file);
-    if (!token.ok()) {
-        r.error = token.error;
+    auto auth = resolve_auth(s);
+    if (!auth.ok()) {
+        r.error = auth.error;
         return r;
     }
     if (s.tls.enabled()) {
@@ -37,7 +39,29 @@ preflight_result preflight(const config::settings& s) {
         r.tls_not_after = std::move(tls.not_after);
         r.tls_expired = tls.expired;
     }
-    r.token = std::move(token.token);
+    r.token = std::move(auth.token);
+    r.clients = std::move(auth.clients);
+    return r;
+}
+
+auth_resolution resolve_auth(const config::settings& s) {
+    auth_resolution r;
+    if (s.auth_clients.empty()) {
+        auto token = resolve_token(s.auth_token_file);
+        r.token = std::move(token.token);
+        r.error = std::move(token.error);
+        return r;
+    }
+    // The parser has refused auth_token_file with auth.clients; the environment is only
+    // seen here.
+    if (s.auth_token_file || std::getenv(std::string(auth_token_env).c_str()) != nullptr) {
+        r.error = "auth.clients and " + std::string(auth_token_env) +
+                  " cannot be combined: unset it, or give the shared token its own client";
+        return r;
+    }
+    auto clients = load_clients(s.auth_clients);
+    r.clients = std::move(clients.clients);
+    r.error = std::move(clients.error);
     return r;
 }
 

@@ -3,6 +3,7 @@
 #include "backends/log/logging.hpp"
 #include "config/parse.hpp"
 #include "proxy/auth.hpp"
+#include "proxy/preflight.hpp"
 #include "proxy/tls.hpp"
 
 #include <nlohmann/json.hpp>
@@ -15,9 +16,9 @@ namespace {
 
 reload_result refuse(std::string why, bool tls) {
     logging::write(logging::level::error,
-                   tls ? "reload failed: keeping the current auth token, log level and TLS "
-                         "certificate"
-                       : "reload failed: keeping the current auth token and log level",
+                   tls ? "reload failed: keeping the current auth token or clients, log level and "
+                         "TLS certificate"
+                       : "reload failed: keeping the current auth token or clients and log level",
                    {{"error", why}});
     return {false, std::move(why)};
 }
@@ -31,10 +32,10 @@ reload_result reload_settings(const std::vector<std::string>& args, authenticato
         return refuse(e->message, tls != nullptr);
     const auto& s = std::get<config::command_line>(parsed).values;
 
-    auto token = resolve_token(s.auth_token_file);
+    auto token = resolve_auth(s);
     if (!token.ok())
         return refuse(token.error, tls != nullptr);
-    if (!token.token && auth.enabled())
+    if (!token.token && token.clients.empty() && auth.enabled())
         return refuse("the new configuration has no auth token; a reload does not turn auth "
                       "off (restart to do that)",
                       tls != nullptr);
@@ -55,7 +56,11 @@ reload_result reload_settings(const std::vector<std::string>& args, authenticato
     }
 
     const bool auth_on = token.token.has_value();
-    auth.set_token(std::move(token.token));
+    const std::size_t clients = token.clients.size();
+    if (clients > 0)
+        auth.set_clients(std::move(token.clients));
+    else
+        auth.set_token(std::move(token.token));
     logging::set_level(s.log_level);
     if (tls) {
         tls->set(std::move(fresh.context));
@@ -66,7 +71,8 @@ reload_result reload_settings(const std::vector<std::string>& args, authenticato
                         {"not_after", fresh.not_after},
                         {"mtls", s.tls.client_ca_file.has_value()}});
     }
-    std::string source = !auth_on            ? "off"
+    std::string source = clients > 0         ? std::to_string(clients) + " scoped clients"
+                         : !auth_on          ? "off"
                          : s.auth_token_file ? "file " + *s.auth_token_file
                                              : std::string{auth_token_env};
     logging::write(logging::level::info, "reloaded auth token and log level",

@@ -14,6 +14,7 @@
 #include "proxy/detail/wire.hpp"
 #include "proxy/error_response.hpp"
 #include "proxy/handlers.hpp"
+#include "proxy/scopes.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/buffer.hpp>
@@ -58,12 +59,12 @@ inline bool expects_continue(const request& req) {
     return req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue");
 }
 
-// The Authorization value to check: empty (rejected when auth is on) when absent or given
+// The Authorization value to check: nullopt when absent, empty (never accepted) when given
 // more than once, so that no proxy in front can smuggle a second one past us.
-inline std::string_view authorization_of(const request& req) {
+inline std::optional<std::string_view> authorization_of(const request& req) {
     auto [it, end] = req.equal_range(http::field::authorization);
     if (it == end)
-        return {};
+        return std::nullopt;
     std::string_view value = it->value();
     return ++it == end ? value : std::string_view{};
 }
@@ -221,15 +222,30 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::serve() {
         route_match target = match_route(head.method(), head.target());
         const route r = target.kind;
         const bool body_follows = !parser.is_done();
-        const bool authorized =
-            is_open_route(r) || services_.auth.authorized(detail::authorization_of(head));
+        authenticator::caller caller{true, nullptr};
+        if (!is_open_route(r))
+            caller = services_.auth.identify(detail::authorization_of(head), client_);
+        // A scoped client's head is checked against its scope (403); the single token and
+        // no auth have none, and pay nothing for it.
+        std::optional<std::string> forbidden;
+        if (caller.scope && !is_open_route(r))
+            forbidden = forbidden_by_head(*caller.scope, head, target);
         std::optional<std::uint64_t> content_length;
         if (auto declared = parser.content_length())
             content_length = *declared;
         const auto decision =
-            admit({head, target, body_follows, authorized, content_length, limits.max_body_bytes});
+            admit({head, target, body_follows, caller.authenticated, content_length,
+                   limits.max_body_bytes, forbidden ? std::string_view{*forbidden} : ""});
         if (decision.refusal != errc::ok) {
             auto request_id = request_id_of(head);
+            if (decision.refusal == errc::forbidden)
+                logging::write(logging::level::info, "forbidden request",
+                               {{"method", std::string_view{head.method_string()}},
+                                {"route", to_string(r)},
+                                {"peer", peer_},
+                                {"client", caller.scope->name},
+                                {"request_id", request_id},
+                                {"detail", decision.message}});
             if (decision.refusal == errc::unauthorized)
                 logging::write(
                     logging::level::info, "unauthorized request",
@@ -311,7 +327,9 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::serve() {
         transport::expires_never(stream_);
         handler_context ctx{services_.store, settings_, peer_, {}, &services_.stats};
         ctx.idempotency_keys = &services_.idempotency_keys;
-        ctx.client = client_;
+        // Log lines name the scoped client (never its token); else the certificate's identity.
+        ctx.client = caller.scope ? caller.scope->name : client_;
+        ctx.scope = std::move(caller.scope);
         response res = co_await handle_request(ctx, parser.release(), std::move(target));
         if (closed_)
             co_return;

@@ -177,6 +177,7 @@ const allCodes: Record<ErrorCode, true> = {
     invalid_name: true,
     invalid_request: true,
     unauthorized: true,
+    forbidden: true,
     not_found: true,
     method_not_allowed: true,
     stale_token: true,

@@ -66,7 +66,8 @@ struct parsed {
     }
 };
 
-admission admit_wire(std::string_view wire, bool authorized, std::uint64_t max_body = 4096) {
+admission admit_wire(std::string_view wire, bool authorized, std::uint64_t max_body = 4096,
+                     std::string_view forbidden = {}) {
     parsed p(wire);
     REQUIRE_FALSE(p.head_ec);
     const auto& head = p.parser.get();
@@ -74,7 +75,7 @@ admission admit_wire(std::string_view wire, bool authorized, std::uint64_t max_b
     std::optional<std::uint64_t> length;
     if (auto declared = p.parser.content_length())
         length = *declared;
-    return admit({head, target, !p.parser.is_done(), authorized, length, max_body});
+    return admit({head, target, !p.parser.is_done(), authorized, length, max_body, forbidden});
 }
 
 } // namespace
@@ -190,6 +191,24 @@ TEST_CASE("order: credentials before body rules, so a stranger only learns 401")
     a = admit_wire("PUT /v1/resources/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", true);
     CHECK(a.refusal == errc::ok);
     CHECK(a.needs_permit);
+}
+
+TEST_CASE("order: scope after credentials and before body rules") {
+    const char* oversized = "PUT /v1/resources/a HTTP/1.1\r\nContent-Length: 5000\r\n\r\n";
+    // A stranger learns 401 whatever the scope would say.
+    CHECK(admit_wire(oversized, false, 4096, "out of scope").refusal == errc::unauthorized);
+    // A known client out of scope learns 403, not 413, and the body is never read.
+    auto a = admit_wire(oversized, true, 4096, "out of scope");
+    CHECK(a.refusal == errc::forbidden);
+    CHECK(a.message == "out of scope");
+    CHECK(a.close);
+    CHECK_FALSE(a.needs_permit);
+    // Without a body the connection stays.
+    a = admit_wire("GET /v1/resources/a HTTP/1.1\r\n\r\n", true, 4096, "out of scope");
+    CHECK(a.refusal == errc::forbidden);
+    CHECK_FALSE(a.close);
+    // The open routes are never refused for scope.
+    CHECK(admit_wire("GET /healthz HTTP/1.1\r\n\r\n", true, 4096, "x").refusal == errc::ok);
 }
 
 TEST_CASE("open routes take no body, and no permit") {

@@ -30,6 +30,7 @@ TEST_CASE("errors: every code maps to its status and wire name") {
         {errc::invalid_name, 400, "invalid_name"},
         {errc::invalid_request, 400, "invalid_request"},
         {errc::unauthorized, 401, "unauthorized"},
+        {errc::forbidden, 403, "forbidden"},
         {errc::not_found, 404, "not_found"},
         {errc::method_not_allowed, 405, "method_not_allowed"},
         {errc::stale_token, 409, "stale_token"},
