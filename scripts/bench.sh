@@ -96,7 +96,7 @@ while (($#)); do
         --profile) profile=1 ;;
         --baseline-rev) baseline_rev="$2"; shift ;;
         --stale-store) stale_store="$2"; docs=0; shift ;;
-        -h|--help) sed -n "2,53p" "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
