@@ -422,7 +422,7 @@ if want L; then
     }
     tls_fk="$(tls_params "$fk_port_health_tls")" tls_nginx="$(tls_params "$nginx_tls_port")"
     if [[ $tls_fk == "$tls_nginx" ]]; then
-        tls_negotiated="both sides $tls_fk"
+        tls_negotiated="$tls_fk with both sides"
     else
         tls_negotiated="fencekeeper ${tls_fk:-?}, nginx ${tls_nginx:-?}"
     fi

@@ -790,11 +790,12 @@ H-TLS and S-TLS (scenario L) are H and S over TLS with keep-alive: two more fenc
 (`--tls-cert`/`--tls-key`; H-TLS on a file store, S-TLS on the same store as S, its
 {meta.get('stale_keys')} keys primed again over HTTPS) against an nginx `ssl` server with
 the same `return 204` and `return 409` and the same certificate ({meta.get('tls_cert', '?')},
-made for the run; no key is kept). Both sides allow TLS 1.2 and 1.3 with OpenSSL's default
-ciphers; negotiated with an OpenSSL client: {meta.get('tls_negotiated', '?')}. `wrk`
-(`https://`, built with OpenSSL) opens its connections once per measurement, so the
-handshakes are not what is timed: this is the cost of encrypting and decrypting each
-request and answer, on the same two cores as everything else.
+made for the run; no key is kept). Both sides allow TLS 1.2 and 1.3 (nginx 1.22 only with
+`ssl_protocols` set: its default leaves 1.3 out) with OpenSSL's default ciphers; an OpenSSL
+client negotiated {meta.get('tls_negotiated', '?')}, and the run checks that the two
+agree. `wrk` (`https://`, built with OpenSSL) opens its connections once per measurement,
+so the handshakes are not what is timed but each request's and answer's TLS records,
+on the same two cores as everything else.
 """
 
 tick_us = int(meta.get("tick_us", "0") or 0)
