@@ -9,7 +9,7 @@
 #                                        to build-bench/bench-results-quick/ only
 #   options: --rounds N  --duration S  --clients "8 32 128"  --mem-locks N
 #            --body-bytes B  --pg-script FILE  --no-docs  --docs
-#            --only "P S"   measure only these scenarios (never writes docs/; e.g. --only I)
+#            --only "P S"   measure only these scenarios (never writes docs/; e.g. --only L)
 #            --stale-store file   S's fencekeepers use a file store instead of Postgres (the
 #                           stale-rejection rate of the file store; never writes docs/)
 #            --lat-rate R   open-loop latency at R req/s instead of 70% of peak (never writes docs/)
@@ -42,6 +42,9 @@
 #   I  P's and F's PUTs with an Idempotency-Key on every write (a new key each) vs the same
 #      PUTs without one, on the same fencekeepers, one right after the other; and replays
 #      (the same keyed PUTs, already applied, sent again) vs those keyed writes
+#   L  H and S over TLS (rows H-TLS, S-TLS): two more fencekeepers with --tls-cert/--tls-key
+#      vs an nginx `ssl` server with the same certificate (self-signed EC P-256, made with
+#      openssl in the temp dir for this run), `wrk https://`, keep-alive
 # Reports medians over rounds of per-round ratios, open-loop p50/p99 at 70% of peak (one
 # run per round, median and every round shown, with a 10 ms timeline of each run)
 # (scripts/bench/openloop.cpp), CPU-µs per request and peak RSS of fencekeeper, and RSS
@@ -68,7 +71,7 @@ quick=0
 docs=auto
 stale_keys=10000
 pg_script=scripts/bench/pg_fenced_upsert.sql
-only="P F S H I T"
+only="P F S H I T L"
 lat_rate=""
 warmup=""
 tick_us=1000
@@ -93,7 +96,7 @@ while (($#)); do
         --profile) profile=1 ;;
         --baseline-rev) baseline_rev="$2"; shift ;;
         --stale-store) stale_store="$2"; docs=0; shift ;;
-        -h|--help) sed -n "2,53p" "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -108,7 +111,7 @@ if ((quick)); then
 fi
 [[ -n $warmup ]] || warmup=$((quick ? 1 : 2))
 for scen in $only; do
-    [[ $scen == [PFSHIT] ]] || { echo "bench.sh: --only takes scenarios out of P F S H I T" >&2; exit 2; }
+    [[ $scen == [PFSHITL] ]] || { echo "bench.sh: --only takes scenarios out of P F S H I T L" >&2; exit 2; }
 done
 want() { [[ " $only " == *" $1 "* ]]; }
 [[ $docs == auto ]] && docs=$((quick ? 0 : 1))
@@ -124,7 +127,7 @@ log() { printf '== [%4ds] %s\n' $((SECONDS - t_start)) "$*" >&2; }
 # `apt-get update` runs at most once for everything.
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
 missing=()
-for p in build-essential cmake nlohmann-json3-dev libpq-dev python3 wrk postgresql gnuplot-nox procps; do
+for p in build-essential cmake nlohmann-json3-dev libpq-dev libsqlite3-dev libssl-dev openssl python3 wrk postgresql gnuplot-nox procps; do
     installed "$p" || missing+=("$p")
 done
 if ! installed libboost1.81-dev; then
@@ -242,10 +245,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r pg_port nginx_port < <(python3 - <<'EOF'
+read -r pg_port nginx_port nginx_tls_port < <(python3 - <<'EOF'
 import socket
 socks = []
-for _ in range(2):
+for _ in range(3):
     s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
@@ -290,10 +293,14 @@ psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkmem" \
 pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
 
 # start_fk NAME ARGS...: starts fencekeeper (the binary $fk_bin, default $fk), sets
-# fk_pid_NAME and fk_port_NAME.
+# fk_pid_NAME and fk_port_NAME. With fk_tls=1, on HTTPS with L's certificate.
 start_fk() {
     local name=$1; shift
-    "${fk_bin:-$fk}" --listen 127.0.0.1:0 "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" 9>&- &
+    local scheme=http tls=() curl_tls=()
+    if [[ ${fk_tls:-0} == 1 ]]; then
+        scheme=https tls=(--tls-cert "$tls_cert" --tls-key "$tls_key") curl_tls=(--cacert "$tls_cert")
+    fi
+    "${fk_bin:-$fk}" --listen 127.0.0.1:0 "${tls[@]}" "$@" >"$tmp/fk-$name.out" 2>"$tmp/fk-$name.log" 9>&- &
     local pid=$!
     pids+=("$pid")
     local deadline=$((SECONDS + 60))
@@ -308,8 +315,21 @@ start_fk() {
     port="$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$tmp/fk-$name.out" | head -n 1)"
     printf -v "fk_pid_$name" '%s' "$pid"
     printf -v "fk_port_$name" '%s' "$port"
-    wait_for "fencekeeper $name /readyz" 60 curl -fsS "http://127.0.0.1:$port/readyz"
+    wait_for "fencekeeper $name /readyz" 60 curl -fsS "${curl_tls[@]}" "$scheme://127.0.0.1:$port/readyz"
 }
+
+# L's certificate, made for this run only (no key is kept): self-signed EC P-256 for
+# 127.0.0.1, served by both L fencekeepers and by nginx's ssl server.
+tls_cert="" tls_key=""
+if want L; then
+    mkdir -p "$tmp/tls"
+    tls_cert="$tmp/tls/cert.pem" tls_key="$tmp/tls/key.pem"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+        -keyout "$tls_key" -out "$tls_cert" >"$tmp/tls/openssl.log" 2>&1 \
+        || { cat "$tmp/tls/openssl.log" >&2; echo "bench.sh: making L's certificate failed" >&2; exit 1; }
+    chmod 600 "$tls_key"   # fencekeeper and nginx's master read it as root
+fi
 
 log "starting fencekeepers"
 mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
@@ -329,6 +349,13 @@ if want T && [[ "$(stat -f -c %T /dev/shm 2>/dev/null)" == tmpfs ]]; then
     shm_dir="$(mktemp -d /dev/shm/fk-bench.XXXXXX)"
     start_fk filetmpfs --store "file:$shm_dir/store"  # F on tmpfs, T only
 fi
+if want L; then   # H and S over TLS: their own processes, stores as H's and S's
+    mkdir -p "$tmp/healthstore-tls" "$tmp/stalestore-tls"
+    stale_url_tls="$pg_url"
+    [[ $stale_store == file ]] && stale_url_tls="file:$tmp/stalestore-tls"
+    fk_tls=1 start_fk health_tls --store "file:$tmp/healthstore-tls"  # H-TLS
+    fk_tls=1 start_fk stale_tls --store "$stale_url_tls"              # S-TLS
+fi
 if [[ -n $fk_prev ]]; then   # the same, with REV's build (--baseline-rev)
     mkdir -p "$tmp/filestore-prev" "$tmp/healthstore-prev"
     # shellcheck disable=SC2086
@@ -342,6 +369,25 @@ fk_threads="$(nproc)"   # fencekeeper's default --threads: one per core
 log "starting nginx on 127.0.0.1:$nginx_port with $fk_threads workers"
 mkdir -p "$tmp/nginx/logs"
 stale_body='{"error":"stale_token","message":"fencing token is below the fence","lock":"x","token":1,"current_token":1000000000000}'
+# L: the same two answers on an ssl server with L's certificate. The protocols are
+# fencekeeper's (TLS 1.2 and 1.3: nginx 1.22 leaves 1.3 out by default, and a 1.2
+# connection costs more per record); ciphers and curves are OpenSSL's defaults on both
+# sides, as fencekeeper has no settings for them. The run checks that both negotiate the
+# same (the report shows it).
+tls_server=""
+if want L; then
+    tls_server="server {
+        listen 127.0.0.1:$nginx_tls_port ssl;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_certificate $tls_cert;
+        ssl_certificate_key $tls_key;
+        location = /healthz { return 204; }
+        location / {
+            default_type application/json;
+            return 409 '$stale_body';
+        }
+    }"
+fi
 cat >"$tmp/nginx/nginx.conf" <<EOF
 worker_processes $fk_threads;
 pid $tmp/nginx/nginx.pid;
@@ -360,12 +406,28 @@ http {
             return 409 '$stale_body';
         }
     }
+    $tls_server
 }
 EOF
 nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" -g 'daemon off;' \
     >"$tmp/nginx/stdout.log" 2>&1 9>&- &
 pids+=($!)
 wait_for nginx 30 curl -sS -o /dev/null "http://127.0.0.1:$nginx_port/healthz"
+if want L; then
+    wait_for "nginx (TLS)" 30 curl -sS -o /dev/null --cacert "$tls_cert" "https://127.0.0.1:$nginx_tls_port/healthz"
+    # What each side negotiates with an OpenSSL client like wrk's (for the report).
+    tls_params() {
+        openssl s_client -connect "127.0.0.1:$1" -CAfile "$tls_cert" </dev/null 2>/dev/null \
+            | sed -n 's/^New, \(TLSv[0-9.]*\), Cipher is \(.*\)$/\1 \2/p' | head -n 1
+    }
+    tls_fk="$(tls_params "$fk_port_health_tls")" tls_nginx="$(tls_params "$nginx_tls_port")"
+    if [[ $tls_fk == "$tls_nginx" ]]; then
+        tls_negotiated="$tls_fk with both sides"
+    else
+        tls_negotiated="fencekeeper ${tls_fk:-?}, nginx ${tls_nginx:-?}"
+    fi
+    log "L: negotiated $tls_negotiated"
+fi
 
 # --- measurement helpers -----------------------------------------------------------
 clk_tck="$(getconf CLK_TCK)"
@@ -407,6 +469,9 @@ record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "
 problems="$results/problems.txt"
 : >"$problems"
 problem() { echo "$*" >>"$problems"; log "WARNING: $*"; }
+if want L && [[ -z $tls_fk || $tls_fk != "$tls_nginx" ]]; then
+    problem "L: fencekeeper and nginx did not negotiate the same TLS ($tls_negotiated): H-TLS and S-TLS compare different work"
+fi
 
 # fk_side SCEN PIDVAR PORT CLIENTS ROUND EXPECT(2xx|409|any) [LUA ARGS...]
 # Recorded as side $fk_side_name: "fencekeeper" (default) or "previous" (--baseline-rev).
@@ -414,12 +479,13 @@ fk_side() {
     local scen=$1 pid=$2 port=$3 c=$4 r=$5 expect=$6; shift 6
     local t0 t1 rps req non2xx errs side=${fk_side_name:-fencekeeper} who=fencekeeper
     [[ $side == previous ]] && who="fencekeeper $prev_desc"
-    local path=/
-    [[ $scen == H ]] && path=/healthz
+    local path=/ scheme=http
+    [[ $scen == H* ]] && path=/healthz
+    [[ $scen == *-TLS ]] && scheme=https
     local d0=0 d1=0
     [[ $scen == P ]] && d0="$(pg_cpu_ticks)"
     t0="$(cpu_ticks "$pid")"
-    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$port$path" "$c" "$@")
+    read -r rps req non2xx errs < <(run_wrk "$scheme://127.0.0.1:$port$path" "$c" "$@")
     t1="$(cpu_ticks "$pid")"
     [[ $scen == P ]] && d1="$(pg_cpu_ticks)"
     case $expect in
@@ -521,9 +587,11 @@ durable_side() {   # CLIENTS ROUND
 nginx_side() {   # SCEN CLIENTS ROUND [LUA ARGS...]
     local scen=$1 c=$2 r=$3; shift 3
     local rps req non2xx errs
+    local url="http://127.0.0.1:$nginx_port"
+    [[ $scen == *-TLS ]] && url="https://127.0.0.1:$nginx_tls_port"
     local path=/
-    [[ $scen == H ]] && path=/healthz
-    read -r rps req non2xx errs < <(run_wrk "http://127.0.0.1:$nginx_port$path" "$c" "$@")
+    [[ $scen == H* ]] && path=/healthz
+    read -r rps req non2xx errs < <(run_wrk "$url$path" "$c" "$@")
     ((errs == 0)) || problem "$scen c=$c round $r: $errs socket errors against nginx"
     baseline_side "$scen" "$c" "$r" nginx "$rps"
 }
@@ -724,6 +792,33 @@ if [[ -n $fk_prev ]] && want S; then
     grep -q "status_2xx=$stale_keys " <<<"$prime" || { echo "bench.sh: priming $prev_desc failed: $prime" >&2; exit 1; }
 fi
 
+if want L; then
+    # S-TLS's process primes the same keys with the same token over HTTPS (openloop speaks
+    # plain HTTP only): on Postgres the fences are there already and the writes are
+    # accepted (not below them); either way its caches start as warm as S's.
+    log "S-TLS: priming $stale_keys keys/locks with token 1000000000000 over TLS"
+    python3 - "$fk_port_stale_tls" "$tls_cert" "$stale_keys" "$body_bytes" <<'EOF' \
+        || { echo "bench.sh: priming S-TLS failed" >&2; exit 1; }
+import concurrent.futures, http.client, ssl, sys
+port, cert, keys, size = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ctx = ssl.create_default_context(cafile=cert)
+body = b"x" * size
+def prime(part):
+    c = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
+    for i in range(part, keys, 16):
+        name = "s-%d" % i
+        c.request("PUT", "/v1/resources/" + name, body=body,
+                  headers={"Fencing-Lock": name, "Fencing-Token": "1000000000000",
+                           "Content-Type": "application/octet-stream"})
+        r = c.getresponse()
+        r.read()
+        if r.status not in (200, 201):
+            raise SystemExit("priming %s: %d" % (name, r.status))
+with concurrent.futures.ThreadPoolExecutor(16) as ex:
+    list(ex.map(prime, range(16)))
+EOF
+fi
+
 # --- warm-up (not recorded) ----------------------------------------------------------
 # Dirty data that other work left behind (a previous run's deleted files, say) would be
 # written back during the first measurements: flush it first.
@@ -737,6 +832,12 @@ pgbench_ 32 -T 2 >/dev/null 2>&1 || true
 run_wrk "http://127.0.0.1:$fk_port_file/" 32 put warm 256 >/dev/null
 run_wrk "http://127.0.0.1:$fk_port_stale/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
 run_wrk "http://127.0.0.1:$nginx_port/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+if want L; then
+    run_wrk "https://127.0.0.1:$fk_port_health_tls/healthz" 32 >/dev/null
+    run_wrk "https://127.0.0.1:$nginx_tls_port/healthz" 32 >/dev/null
+    run_wrk "https://127.0.0.1:$fk_port_stale_tls/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+    run_wrk "https://127.0.0.1:$nginx_tls_port/" 32 cycle s "$body_bytes" "$stale_keys" 1 >/dev/null
+fi
 if [[ -n $fk_prev ]]; then
     want P && run_wrk "http://127.0.0.1:$fk_port_pg_prev/" 32 put warmprev 256 >/dev/null
     want F && run_wrk "http://127.0.0.1:$fk_port_file_prev/" 32 put warmprev 256 >/dev/null
@@ -815,6 +916,14 @@ for r in $(seq "$rounds"); do
         fk_side H "$fk_pid_health" "$fk_port_health" "$c" "$r" 2xx
         prev_side H "$c" "$r" NEW 2xx
         nginx_side H "$c" "$r"
+    done
+    # L: H and S again, each over TLS against its own fencekeeper and nginx's ssl server,
+    # in the same order as H and S (wrk opens its connections once: keep-alive throughout).
+    want L && for c in $clients; do
+        fk_side H-TLS "$fk_pid_health_tls" "$fk_port_health_tls" "$c" "$r" 2xx
+        nginx_side H-TLS "$c" "$r"
+        fk_side S-TLS "$fk_pid_stale_tls" "$fk_port_stale_tls" "$c" "$r" 409 cycle s "$body_bytes" "$stale_keys" 1
+        nginx_side S-TLS "$c" "$r" cycle s "$body_bytes" "$stale_keys" 1
     done
 done
 
@@ -920,7 +1029,7 @@ EOF
 
 lat_conns=128
 for scen in $only; do
-    [[ $scen == [IT] ]] && continue   # I and T have throughput rows only
+    [[ $scen == [ITL] ]] && continue   # I, T and L have throughput rows only
     case $scen in
         P) port=$fk_port_pg; lat_pid=$fk_pid_pg; args=(--mode put) ;;
         F) port=$fk_port_file; lat_pid=$fk_pid_file; args=(--mode put) ;;
@@ -1212,6 +1321,8 @@ fi
     echo "threads	$fk_threads"
     echo "stale_keys	$stale_keys"
     echo "stale_store	$stale_store"
+    want L && echo "tls_cert	self-signed, EC $(openssl x509 -in "$tls_cert" -noout -text | sed -n 's/^ *NIST CURVE: *//p')"
+    want L && echo "tls_negotiated	$tls_negotiated"
     echo "elapsed	$((SECONDS - t_start)) s for the whole run, build included"
     echo "pg_settings	$(sed 's/-c //g; s/ -p [0-9]*//; s/ -k [^ ]*//; s/listen_addresses=[^ ]* //' <<<"$pg_settings")"
 } >"$results/meta.tsv"

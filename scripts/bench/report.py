@@ -46,15 +46,23 @@ problems = open(os.path.join(res, "problems.txt")).read().split("\n") if os.path
     os.path.join(res, "problems.txt")) else []
 problems = [p for p in problems if p.strip()]
 
+# The throughput rows, in the order of the table. H-TLS and S-TLS are scenario L: H and S
+# over TLS, each side on its own HTTPS listener with the same certificate.
+SCENARIOS = ["P", "F", "S", "H", "H-TLS", "S-TLS"]
 BASELINE = {"P": "pgbench", "F": "durable_write_baseline", "S": "nginx `return 409`",
-            "H": "nginx `return 204`"}
+            "H": "nginx `return 204`", "H-TLS": "nginx `return 204`, TLS",
+            "S-TLS": "nginx `return 409`, TLS"}
 WHAT = {"P": "PUT → Postgres, fresh lock per request",
         "F": "PUT → file store, fresh key per request",
         "S": "stale PUT → 409 (Postgres store)",
-        "H": "GET /healthz"}
+        "H": "GET /healthz",
+        "H-TLS": "GET /healthz over TLS",
+        "S-TLS": "stale PUT → 409 over TLS (Postgres store)"}
 if meta.get("stale_store") == "file":
     WHAT["S"] = "stale PUT → 409 (file store)"
-UNIT = {"P": "writes/s", "F": "writes/s", "S": "req/s", "H": "req/s"}
+    WHAT["S-TLS"] = "stale PUT → 409 over TLS (file store)"
+UNIT = {"P": "writes/s", "F": "writes/s", "S": "req/s", "H": "req/s", "H-TLS": "req/s",
+        "S-TLS": "req/s"}
 
 
 def target(scen, clients):
@@ -68,6 +76,8 @@ def target(scen, clients):
         return 0.5
     if scen == "H":
         return 0.6
+    if scen in ("H-TLS", "S-TLS"):  # issue 35: "target ≥ 0.5, as for plaintext"
+        return 0.5
     return None
 
 
@@ -152,7 +162,7 @@ for scen in data:
 
 summary = []  # (scen, clients, fk, base, ratio or None, lo, hi, cpu, tgt)
 verdicts = []  # (target, measured, True = PASS / False = MISS / None = n/a / str = that word)
-for scen in "PFSH":
+for scen in SCENARIOS:
     for c in sorted(data.get(scen, {})):
         rounds = data[scen][c]
         fk = [v["fencekeeper"][0] for v in rounds.values() if "fencekeeper" in v]
@@ -214,7 +224,7 @@ if previous:
     out(f"| id | clients | this build | {previous} | this ÷ {previous} (median) | range "
         f"| this build ÷ baseline (median) | {previous} ÷ baseline (median) |")
     out("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for scen in "PFSH":
+    for scen in SCENARIOS:
         for c in sorted(data.get(scen, {})):
             rounds = data[scen][c]
             both = [v for v in rounds.values() if "fencekeeper" in v and "previous" in v
@@ -772,6 +782,22 @@ in that call (for `sendmsg` on loopback, the receiving side's TCP work too).
 {perf_text}
 """
 
+# --- L: H and S over TLS ----------------------------------------------------------------
+tls_text = ""
+if any(row[0] in ("H-TLS", "S-TLS") for row in summary):
+    tls_text = f"""
+H-TLS and S-TLS (scenario L) are H and S over TLS with keep-alive: two more fencekeepers
+(`--tls-cert`/`--tls-key`; H-TLS on a file store, S-TLS on the same store as S, its
+{meta.get('stale_keys')} keys primed again over HTTPS) against an nginx `ssl` server with
+the same `return 204` and `return 409` and the same certificate ({meta.get('tls_cert', '?')},
+made for the run; no key is kept). Both sides allow TLS 1.2 and 1.3 (nginx 1.22 only with
+`ssl_protocols` set: its default leaves 1.3 out) with OpenSSL's default ciphers; an OpenSSL
+client negotiated {meta.get('tls_negotiated', '?')}, and the run checks that the two
+agree. `wrk` (`https://`, built with OpenSSL) opens its connections once per measurement,
+so the handshakes are not what is timed but each request's and answer's TLS records,
+on the same two cores as everything else.
+"""
+
 tick_us = int(meta.get("tick_us", "0") or 0)
 if tick_us > 0:
     tick_text = (f"The generator sleeps to ticks {tick_us} µs apart (each thread's offset like its "
@@ -827,7 +853,7 @@ round do not share that error. Latency and memory runs use this build only.
 
 CPU-µs/req is fencekeeper's own process only (utime+stime from `/proc/PID/stat` across
 the measurement ÷ requests; Postgres's CPU is not in it); median over rounds.
-
+{tls_text}
 Where P's CPU goes, medians over rounds. "Postgres CPU" is every Postgres process's
 utime+stime across the measurement (backends that exited included, through the
 postmaster's reaped-children times) ÷ writes or transactions; both sides share one server,
@@ -985,6 +1011,8 @@ synthetic results.
 - **H**: `wrk` `GET /healthz` against fencekeeper and against nginx `return 204` with
   `worker_processes {meta.get('threads')}` (= fencekeeper's threads), access log off,
   unlimited keep-alive requests.
+- **L** (rows H-TLS, S-TLS): H's and S's loads against fencekeepers on HTTPS and an nginx
+  `ssl` server, one certificate for both (see the throughput section), `wrk https://`.
 - `wrk` uses 2 threads (1 for a single connection), `--timeout 10s`; load generator,
   fencekeeper, Postgres and nginx all share the same cores, as a sidecar would.
 

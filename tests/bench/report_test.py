@@ -302,6 +302,45 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(v["T P: transactions share group commit with single writes (WAL fsyncs per "
                            "transaction beyond the batches' ≤ 0.5)"], ("1.00", "**MISS**"))
 
+    def test_tls_rows_and_their_verdicts(self):
+        # Scenario L (bench.sh --only L): rows H-TLS and S-TLS, target ≥ 0.5 at every client
+        # count (issue 35: "as for plaintext"). H-TLS at 8: 0.60 (PASS); at 32: per-round
+        # 0.45, 0.55, 0.48 → median 0.48 (MISS); at 128: exactly 0.50 (PASS). S-TLS at 8
+        # and 32: 0.70; at 128: 0.40 (MISS).
+        rates = {("H-TLS", 8): [(30000, 50000)] * 3,
+                 ("H-TLS", 32): [(27000, 60000), (33000, 60000), (28800, 60000)],
+                 ("H-TLS", 128): [(35000, 70000)] * 3,
+                 ("S-TLS", 8): [(28000, 40000)] * 3,
+                 ("S-TLS", 32): [(35000, 50000)] * 3,
+                 ("S-TLS", 128): [(20000, 50000)] * 3}
+        rows = [(s, c, rnd, side, rate)
+                for (s, c), per in rates.items() for rnd, pair in enumerate(per, 1)
+                for side, rate in zip(("fencekeeper", "baseline"), pair)]
+        r = Report(normal_rows(scens="HS") + rows)
+        v = r.verdicts()
+        self.assertEqual(v["H-TLS ratio at 8 clients ≥ 0.5"], ("0.60", "**PASS**"))
+        self.assertEqual(v["H-TLS ratio at 32 clients ≥ 0.5"], ("0.48", "**MISS**"))
+        self.assertEqual(v["H-TLS ratio at 128 clients ≥ 0.5"], ("0.50", "**PASS**"))
+        self.assertEqual(v["S-TLS ratio at 32 clients ≥ 0.5"], ("0.70", "**PASS**"))
+        self.assertEqual(v["S-TLS ratio at 128 clients ≥ 0.5"], ("0.40", "**MISS**"))
+        # The plaintext rows keep their own targets beside them.
+        self.assertEqual(v["H ratio at 32 clients ≥ 0.6"], ("0.67", "**PASS**"))
+        row = r.throughput_row("H-TLS", 32)
+        self.assertEqual(row[1], "GET /healthz over TLS")
+        self.assertEqual(row[3:10], ["28,800 req/s", "nginx `return 204`, TLS", "60,000/s",
+                                     "**0.48**", "0.45–0.55", "≥ 0.5", "**MISS**"])
+        self.assertEqual(r.throughput_row("S-TLS", 128)[1],
+                         "stale PUT → 409 over TLS (Postgres store)")
+        # The TLS rows come after the plaintext ones, and are explained.
+        sec = r.section("Throughput: ratio to the baseline")
+        self.assertLess(sec.index("| H | GET /healthz | 128 |"), sec.index("| H-TLS |"))
+        self.assertIn("H-TLS and S-TLS (scenario L)", sec)
+        self.assertNotIn("H-TLS and S-TLS (scenario L)", Report(normal_rows(scens="HS")).md)
+        # A TLS baseline that completed nothing gives no ratio, as for the others.
+        v = Report(normal_rows(scens="HS") + replace(rows, "S-TLS", 128, 1, "baseline", 0)).verdicts()
+        self.assertEqual(v["S-TLS ratio at 128 clients ≥ 0.5"],
+                         ("0.40 (1 of 3 rounds left out: baseline collapsed)", "**MISS**"))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
