@@ -766,8 +766,11 @@ TEST_CASE("kill -9 after a floor raise: the restart enforces exactly the committ
         CHECK(run(io, s->put(put_req("jobs/x", "jobs/x", 70, "v"))).error == errc::ok);
     }
     require_failpoints();
-    for (const auto& [point, committed] :
+    // Not a structured binding: clang 14 cannot capture one (CAPTURE is a lambda).
+    for (const auto& case_ :
          {std::pair{"before_index_commit", false}, std::pair{"after_index_commit", true}}) {
+        const char* const point = case_.first;
+        const bool committed = case_.second;
         CAPTURE(point);
         temp_dir dir;
         const int status = status_of_child([&, point = point] {

@@ -615,8 +615,11 @@ TEST_CASE("handlers: store failures") {
         errc injected;
         unsigned status;
     };
-    for (auto [injected, status] :
+    // Not a structured binding: clang 14 cannot capture one (CAPTURE is a lambda).
+    for (const row& c :
          {row{errc::unavailable, 503}, row{errc::outcome_unknown, 504}, row{errc::internal, 500}}) {
+        const errc injected = c.injected;
+        const unsigned status = c.status;
         CAPTURE(status);
         f.store.fail_next(injected);
         auto r = f.put("k", "1");
