@@ -114,6 +114,15 @@ def services_required():
 _current_test = None
 
 
+def under_asan(pid):
+    """Whether process `pid` runs under AddressSanitizer: GCC links it as libasan.so, clang
+    statically, and both map its high shadow memory up to 0x10007fff8000 (x86_64). RSS then
+    measures the sanitizer's quarantine and shadow, not fencekeeper."""
+    with open("/proc/%d/maps" % pid) as f:
+        maps = f.read()
+    return "libasan" in maps or re.search(r"-10007fff8000 ", maps) is not None
+
+
 def missing(what):
     """Gives up for lack of `what` (a service, tool or binary a test needs). Under
     FK_REQUIRE_SERVICES=1 (scripts/test.sh, which provides everything) that is a failure:

@@ -62,11 +62,6 @@ def status_kib(pid, field):
     return v
 
 
-def under_asan(pid):
-    with open("/proc/%d/maps" % pid) as f:
-        return "libasan" in f.read()
-
-
 def mib(kib):
     return "%.0f MiB" % (kib / 1024)
 
@@ -76,7 +71,7 @@ def test_file_store_scale():
     store = fk.file_store()
     p = store.start()
     p.wait_ready()
-    asan = under_asan(p.pid)
+    asan = fk.under_asan(p.pid)
 
     out = fk.tmpdir("scale")
     t = time.monotonic()

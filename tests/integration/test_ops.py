@@ -629,9 +629,8 @@ def rss_kib(pid):
 def skip_under_asan(p):
     """ASan keeps freed memory in quarantine (256 MiB by default) and maps shadow memory:
     RSS then measures the sanitizer, not fencekeeper."""
-    with open("/proc/%d/maps" % p.pid) as f:
-        if "libasan" in f.read():
-            raise fk.Skip("RSS bounds are not meaningful under AddressSanitizer")
+    if fk.under_asan(p.pid):
+        raise fk.Skip("RSS bounds are not meaningful under AddressSanitizer")
 
 
 def raise_nofile(want):
@@ -1064,8 +1063,7 @@ def vm_hwm_kib(pid):
 def test_operation_body_with_far_too_many_params():
     store, s = pg_with_user_schema("CREATE TABLE {s}.t (v text);")
     p = start(store, config={"operations": {"one": {"sql": "SELECT $1::text AS v"}}})
-    with open("/proc/%d/maps" % p.pid) as f:
-        asan = "libasan" in f.read()  # RSS then measures the sanitizer (skip_under_asan)
+    asan = fk.under_asan(p.pid)  # RSS then measures the sanitizer (skip_under_asan)
     with p.client() as c:
         # The statement is prepared (its parameter count known) once this succeeds.
         r = call_op(c, "one", '{"params": ["warm"]}')
