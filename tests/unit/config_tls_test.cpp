@@ -1,4 +1,5 @@
 #include "config/parse.hpp"
+#include "tests/support/config_file.hpp"
 
 #include <doctest/doctest.h>
 
@@ -42,21 +43,9 @@ bool contains(const std::string& haystack, std::string_view needle) {
     return haystack.find(needle) != std::string::npos;
 }
 
-struct config_file {
-    std::filesystem::path path;
-    explicit config_file(std::string_view content) {
-        static int counter = 0;
-        path = std::filesystem::temp_directory_path() /
-               ("fk-config-tls-test-" + std::to_string(::getpid()) + "-" +
-                std::to_string(++counter) + ".json");
-        std::ofstream(path, std::ios::binary) << content;
-    }
-    ~config_file() {
-        std::error_code ec;
-        std::filesystem::remove(path, ec);
-    }
-    config_file(const config_file&) = delete;
-    config_file& operator=(const config_file&) = delete;
+// This file's config files.
+struct config_file : fk_test::config_file {
+    explicit config_file(std::string_view content) : fk_test::config_file("tls", content) {}
 };
 
 } // namespace
