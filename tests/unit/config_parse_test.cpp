@@ -1,4 +1,5 @@
 #include "config/parse.hpp"
+#include "tests/support/config_file.hpp"
 
 #include <doctest/doctest.h>
 
@@ -54,21 +55,8 @@ bool contains(const std::string& haystack, std::string_view needle) {
 }
 
 // A file under the system temp directory, removed at the end of the test.
-struct temp_file {
-    std::filesystem::path path;
-    explicit temp_file(std::string_view content) {
-        static int counter = 0;
-        path = std::filesystem::temp_directory_path() /
-               ("fk-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) +
-                ".json");
-        std::ofstream(path, std::ios::binary) << content;
-    }
-    ~temp_file() {
-        std::error_code ec;
-        std::filesystem::remove(path, ec);
-    }
-    temp_file(const temp_file&) = delete;
-    temp_file& operator=(const temp_file&) = delete;
+struct temp_file : fk_test::config_file {
+    explicit temp_file(std::string_view content) : fk_test::config_file("parse", content) {}
 };
 
 } // namespace
