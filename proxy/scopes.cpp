@@ -64,12 +64,6 @@ bool client_scope::reads_everything() const noexcept {
     return may_read("");
 }
 
-const std::shared_ptr<const client_scope>& full_scope() {
-    static const auto all =
-        std::make_shared<const client_scope>(client_scope{{}, {""}, {""}, true, true});
-    return all;
-}
-
 client_scope make_scope(std::string name, std::vector<std::string> write_prefixes,
                         std::vector<std::string> read_prefixes, bool metrics, bool admin) {
     read_prefixes.insert(read_prefixes.end(), write_prefixes.begin(), write_prefixes.end());

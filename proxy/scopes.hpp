@@ -32,9 +32,6 @@ struct client_scope {
     bool reads_everything() const noexcept;
 };
 
-// The scope of the single shared token (and of every request when auth is off): all.
-const std::shared_ptr<const client_scope>& full_scope();
-
 // Builds a client's scope: the read prefixes become read ∪ write, and prefixes covered by
 // a shorter one are dropped (so that those left are disjoint: a listing can query each).
 client_scope make_scope(std::string name, std::vector<std::string> write_prefixes,
