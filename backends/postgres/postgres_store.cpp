@@ -179,22 +179,33 @@ public:
         co_return pg::map_list(o, req.limit);
     }
 
-    // One explicit database transaction on a pooled connection (transactions.hpp), not a
-    // row of a group-commit batch: a transaction decides many ops together, may run
-    // operations' statements, and is refused as a whole (docs/postgres.md,
-    // "Transactions"). The fence cache refuses nothing here: the first failing op in op
-    // order decides, and the cache cannot know the ops before it.
+    // A transaction without operations or Idempotency-Key joins a group-commit batch
+    // (write_batcher::submit_txn); one with them, or one the batch did not decide, is one
+    // explicit database transaction on a pooled connection (transactions.hpp): it may run
+    // operations' statements between its checks and its commit, and claims its record in
+    // the commit's round trip (docs/postgres.md, "Transactions"). The fence cache refuses
+    // nothing here: the first failing op in op order decides, and the cache cannot know
+    // the ops before it.
     net::awaitable<txn_result> transact(txn_request req) override {
         std::vector<const pg::operations::entry*> entries(req.ops.size(), nullptr);
+        bool has_operations = false;
         for (std::size_t i = 0; i < req.ops.size(); ++i) {
             if (req.ops[i].op != txn_op::kind::operation)
                 continue;
+            has_operations = true;
             entries[i] = ops_->find(req.ops[i].name);
             if (!entries[i]) {
                 auto r = pg::failure<txn_result>(errc::invalid_request,
                                                  "no operation '" + req.ops[i].name + "'");
                 r.op_index = i;
                 co_return r;
+            }
+        }
+        if (batcher_ && !has_operations && !req.idem) {
+            auto b = co_await batcher_->submit_txn(req);
+            if (!b.standalone) {
+                observe_txn(req.ops, b.attempt);
+                co_return std::move(b.attempt.result);
             }
         }
         for (int attempt = 1; attempt <= pg::max_write_attempts; ++attempt) {

@@ -231,6 +231,10 @@ std::optional<write_mapping> map_answered(const result_table& t, std::size_t row
 
 } // namespace
 
+std::optional<write_result> write_transport_failure(const exec_outcome& o) {
+    return transport_failure<write_result>(o, true);
+}
+
 bool rerun_sqlstate(std::string_view s) noexcept {
     return s == sql::sqlstate_retry || s == "40P01" || s == "40001";
 }

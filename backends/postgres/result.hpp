@@ -109,6 +109,10 @@ write_mapping map_write(const exec_outcome& o, token_t token, bool is_put, bool 
 // of several rows is re-run one write at a time (retry + alone), a lone write is mapped
 // like map_write. A transport failure is
 // every row's (503 before the Sync left us, 504 outcome_unknown after).
+// A write exchange's transport failure, if any: unavailable when the request never
+// completely left us, outcome_unknown after it did.
+std::optional<write_result> write_transport_failure(const exec_outcome& o);
+
 struct batch_row {
     token_t token = 0;
     bool is_put = true;

@@ -63,6 +63,27 @@ private:
     bool answered_ = false;
 };
 
+struct write_batcher::txn_job {
+    explicit txn_job(const txn_request& r) : req(&r) {}
+    virtual ~txn_job() = default;
+    txn_job(const txn_job&) = delete;
+    txn_job& operator=(const txn_job&) = delete;
+
+    void answer(txn_answer a) {
+        if (!answered_) {
+            answered_ = true;
+            complete(std::move(a));
+        }
+    }
+
+    const txn_request* req;
+    std::chrono::steady_clock::time_point give_up; // while queued, as job's
+
+private:
+    virtual void complete(txn_answer a) = 0;
+    bool answered_ = false;
+};
+
 namespace {
 
 // The job and the caller's completion handler in one allocation.
@@ -78,7 +99,25 @@ template <class Handler> struct job_for final : write_batcher::job {
     net::any_io_executor ex;
 };
 
+template <class Handler> struct txn_job_for final : write_batcher::txn_job {
+    txn_job_for(const txn_request& r, Handler h, net::any_io_executor e)
+        : txn_job(r), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(write_batcher::txn_answer a) override {
+        net::post(ex, [h = std::move(handler), a = std::move(a)]() mutable {
+            std::move(h)(std::move(a));
+        });
+    }
+    Handler handler;
+    net::any_io_executor ex;
+};
+
 constexpr const char* stopping = "the store is stopping";
+
+write_batcher::txn_answer refused_txn(std::string why) {
+    write_batcher::txn_answer a;
+    a.attempt.result = unavailable<txn_result>(std::move(why));
+    return a;
+}
 
 } // namespace
 
@@ -104,12 +143,60 @@ net::awaitable<write_result> write_batcher::submit(const sql::batch_item& item) 
         net::use_awaitable);
 }
 
+net::awaitable<write_batcher::txn_answer> write_batcher::submit_txn(const txn_request& req) {
+    return net::async_initiate<decltype(net::use_awaitable), void(txn_answer)>(
+        [self = shared_from_this(), &req](auto handler) {
+            using handler_type = decltype(handler);
+            net::any_io_executor ex =
+                net::get_associated_executor(handler, self->pool_->strand().get_inner_executor());
+            txn_job_ptr t =
+                std::make_shared<txn_job_for<handler_type>>(req, std::move(handler), std::move(ex));
+            net::dispatch(self->pool_->strand(), [self, t = std::move(t)]() mutable {
+                self->submit_txn_on_strand(std::move(t));
+            });
+        },
+        net::use_awaitable);
+}
+
 void write_batcher::stop() {
     net::post(pool_->strand(), [self = shared_from_this()] {
-        for (auto& j : self->queue_.take_queued())
-            j->answer(unavailable<write_result>(stopping));
+        self->refuse_queued(stopping);
         self->overlap_timer_.cancel(); // up to batch_overlap_ms away
     });
+}
+
+// Nothing was sent for anything queued.
+void write_batcher::refuse_queued(const std::string& why) {
+    for (auto& j : queue_.take_queued())
+        j->answer(unavailable<write_result>(why));
+    auto txns = std::move(txns_);
+    txns_.clear();
+    for (auto& t : txns)
+        t->answer(refused_txn(why));
+}
+
+void write_batcher::submit_txn_on_strand(txn_job_ptr t) {
+    if (pool_->stopped())
+        return t->answer(refused_txn(stopping));
+    if (!pool_->has_prospect())
+        return t->answer(refused_txn("database unavailable: no database connection"));
+    if (queue_.size() + txns_.size() >= queue_limit_)
+        return t->answer(
+            refused_txn("database unavailable: too many writes waiting for a database connection"));
+    t->give_up = std::chrono::steady_clock::now() + pool_->statement_timeout();
+    txns_.push_back(std::move(t));
+    start_sweep();
+    spawn_runner_if_needed();
+}
+
+// Every queued transaction, up to one per batch place.
+std::vector<write_batcher::txn_job_ptr> write_batcher::take_txns() {
+    std::vector<txn_job_ptr> out;
+    while (!txns_.empty() && out.size() < queue_.max_batch()) {
+        out.push_back(std::move(txns_.front()));
+        txns_.pop_front();
+    }
+    return out;
 }
 
 void write_batcher::submit_on_strand(job_ptr j) {
@@ -132,6 +219,10 @@ void write_batcher::enqueue(const job_ptr& j, bool front) {
         queue_.push_front(j);
     else
         queue_.push(j);
+    start_sweep();
+}
+
+void write_batcher::start_sweep() {
     if (!sweeping_) {
         sweeping_ = true;
         net::co_spawn(pool_->strand(), sweep(), net::detached);
@@ -145,16 +236,25 @@ net::awaitable<void> write_batcher::sweep() {
     auto self = shared_from_this();
     const auto period = sweep_period(pool_->statement_timeout());
     net::steady_timer t(pool_->strand());
-    while (!queue_.empty() && !pool_->stopped()) {
+    while ((!queue_.empty() || !txns_.empty()) && !pool_->stopped()) {
         t.expires_after(period);
         boost::system::error_code ec;
         co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
         const auto now = std::chrono::steady_clock::now();
+        const std::string why = pool_->stopped()
+                                    ? stopping
+                                    : "database unavailable: no database connection became "
+                                      "free in time";
         for (auto& j : queue_.remove_if([now](const job_ptr& e) { return e->give_up <= now; }))
-            j->answer(unavailable<write_result>(
-                pool_->stopped() ? stopping
-                                 : "database unavailable: no database connection became free "
-                                   "in time"));
+            j->answer(unavailable<write_result>(why));
+        for (auto it = txns_.begin(); it != txns_.end();) {
+            if ((*it)->give_up <= now) {
+                (*it)->answer(refused_txn(why));
+                it = txns_.erase(it);
+            } else {
+                ++it;
+            }
+        }
     }
     sweeping_ = false;
 }
@@ -166,7 +266,8 @@ net::awaitable<void> write_batcher::sweep() {
 // less per write; a second one starts only beside a stuck one, so that a batch waiting
 // for a row lock does not hold up every other write.
 void write_batcher::spawn_runner_if_needed() {
-    if (pool_->stopped() || runner_waiting_ || !queue_.has_ready() || runners_ >= max_runners_)
+    if (pool_->stopped() || runner_waiting_ || (!queue_.has_ready() && txns_.empty()) ||
+        runners_ >= max_runners_)
         return;
     if (!may_start_batch()) {
         arm_overlap_timer();
@@ -200,8 +301,7 @@ net::awaitable<void> write_batcher::batch_runner() {
     runner_waiting_ = false;
     if (!a.conn) {
         // Nothing was sent for any queued write: refuse them as the pool refused us.
-        for (auto& j : queue_.take_queued())
-            j->answer(unavailable<write_result>("database unavailable: " + a.why));
+        refuse_queued("database unavailable: " + a.why);
         co_return;
     }
     ++runners_;
@@ -211,9 +311,10 @@ net::awaitable<void> write_batcher::batch_runner() {
             break;
         }
         auto batch = queue_.take();
-        if (batch.empty())
+        auto txns = take_txns();
+        if (batch.empty() && txns.empty())
             break;
-        sizes_.observe(batch.size());
+        sizes_.observe(batch.size() + txns.size());
         ++in_flight_;
         newest_start_ = std::chrono::steady_clock::now();
         spawn_runner_if_needed();
@@ -221,9 +322,25 @@ net::awaitable<void> write_batcher::batch_runner() {
         items.reserve(batch.size());
         for (const auto& j : batch)
             items.push_back(j->item);
-        auto maps = co_await net::co_spawn(
-            a.conn->strand(), run_batch_on(a.conn, items, pool_->query_timeout(), idem_retention_),
-            net::use_awaitable);
+        std::vector<write_mapping> maps;
+        if (txns.empty()) {
+            maps = co_await net::co_spawn(
+                a.conn->strand(),
+                run_batch_on(a.conn, items, pool_->query_timeout(), idem_retention_),
+                net::use_awaitable);
+        } else {
+            std::vector<const txn_request*> reqs;
+            reqs.reserve(txns.size());
+            for (const auto& t : txns)
+                reqs.push_back(t->req);
+            auto m = co_await net::co_spawn(a.conn->strand(),
+                                            run_mixed_on(a.conn, std::move(items), std::move(reqs),
+                                                         pool_->query_timeout(), idem_retention_),
+                                            net::use_awaitable);
+            maps = std::move(m.writes);
+            for (std::size_t i = 0; i < txns.size(); ++i)
+                txns[i]->answer(std::move(m.txns[i]));
+        }
         queue_.done(batch);
         --in_flight_;
         // Retries go back to the front, in their order, ahead of later writes.
@@ -276,6 +393,128 @@ write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items
                                              {sql::name::write_batch, &params}};
     auto o = co_await c->exec_pipeline(steps, timeout);
     co_return map_batch(o, rows, steps.size() - 1);
+}
+
+namespace {
+
+write_batcher::txn_answer standalone_txn() {
+    write_batcher::txn_answer a;
+    a.standalone = true;
+    return a;
+}
+
+write_batcher::txn_answer txn_failure(txn_result r) {
+    write_batcher::txn_answer a;
+    a.attempt.result = std::move(r);
+    return a;
+}
+
+} // namespace
+
+// The transactions' statements run after the batch statement (or after the first of
+// them), so they may wait for a row lock out of the one lock order that keeps batches
+// from deadlocking (sql/batch.cpp): lock_timeout bounds those waits, and one that runs
+// out aborts the whole batch, which is then re-run item by item, each transaction in a
+// transaction of its own. A transaction's statement is all-or-nothing by itself
+// (sql/txn.cpp), so one refused commits nothing while the rest of the batch commits.
+net::awaitable<write_batcher::mixed_outcome>
+write_batcher::run_mixed_on(pool::conn_ptr c, std::vector<sql::batch_item> items,
+                            std::vector<const txn_request*> txns, detail::millis timeout,
+                            std::chrono::seconds idem_retention) {
+    static const sql::param_list none;
+    const auto batch_params = sql::write_batch_params(items, idem_retention);
+    std::vector<sql::param_list> txn_params;
+    txn_params.reserve(txns.size());
+    for (const auto* t : txns)
+        txn_params.push_back(sql::txn_params(t->ops));
+    std::vector<detail::pipeline_step> steps{{sql::name::batch_begin, &none}};
+    if (!items.empty())
+        steps.push_back({sql::name::write_batch, &batch_params});
+    const std::size_t batch_at = 1;
+    std::vector<std::size_t> txn_at;
+    bool bounded = false; // lock_timeout set
+    for (std::size_t i = 0; i < txns.size(); ++i) {
+        // Every statement after the first one that locks rows.
+        if (!bounded && (i > 0 || !items.empty())) {
+            steps.push_back({sql::name::batch_lock_timeout, &none});
+            bounded = true;
+        }
+        txn_at.push_back(steps.size());
+        steps.push_back({sql::name::txn, &txn_params[i]});
+    }
+    auto o = co_await c->exec_pipeline(steps, timeout);
+
+    mixed_outcome out;
+    out.txns.resize(txns.size());
+    std::vector<batch_row> rows;
+    rows.reserve(items.size());
+    for (const auto& it : items)
+        rows.push_back({it.token, !it.is_delete});
+    // A server error anywhere aborted the one transaction: nothing committed. Every write
+    // is re-run alone, every transaction in a transaction of its own.
+    bool server_error = false;
+    for (const auto& r : o.results)
+        server_error = server_error || r.server_error();
+    if (server_error) {
+        write_mapping m;
+        m.retry = m.alone = true;
+        out.writes.assign(items.size(), m);
+        for (auto& t : out.txns)
+            t = standalone_txn();
+        co_return out;
+    }
+    if (auto f = write_transport_failure(o)) {
+        out.writes.assign(items.size(), write_mapping{false, false, std::move(*f)});
+        const bool unsent = o.t == exec_outcome::transport::failed_unsent ||
+                            o.t == exec_outcome::transport::timeout_unsent;
+        for (auto& t : out.txns)
+            t = txn_failure(
+                unsent ? unavailable<txn_result>("database unavailable: " + o.error +
+                                                 "; nothing was applied")
+                       : failure<txn_result>(
+                             errc::outcome_unknown,
+                             "database connection lost after the transaction was sent; it may "
+                             "or may not have been applied (a retry with the same "
+                             "Idempotency-Key tells)"));
+        co_return out;
+    }
+    bool shape_ok = o.results.size() == steps.size() + 1 &&
+                    o.results.back().st == result_table::status::pipeline_sync;
+    for (std::size_t i = 0; shape_ok && i < steps.size(); ++i)
+        shape_ok = o.results[i].ok();
+    if (!shape_ok) {
+        write_mapping m;
+        m.result = failure<write_result>(errc::internal, "unexpected batch result");
+        out.writes.assign(items.size(), m);
+        for (auto& t : out.txns)
+            t = txn_failure(failure<txn_result>(errc::internal, "unexpected batch result"));
+        co_return out;
+    }
+    // Committed at the Sync.
+    if (!items.empty()) {
+        exec_outcome batch;
+        batch.results = {o.results[0], o.results[batch_at], o.results.back()};
+        out.writes = map_batch(batch, rows, 1);
+    }
+    for (std::size_t i = 0; i < txns.size(); ++i) {
+        auto checks = map_txn_checks(o.results[txn_at[i]], txns[i]->ops);
+        switch (checks.what) {
+        case txn_checks::outcome::passed: {
+            txn_answer a;
+            a.attempt.result.results_json = render_txn_results(txns[i]->ops, checks.results);
+            a.attempt.results = std::move(checks.results);
+            out.txns[i] = std::move(a);
+            break;
+        }
+        case txn_checks::outcome::refused:
+            out.txns[i] = txn_failure(std::move(checks.refusal));
+            break;
+        case txn_checks::outcome::rerun:
+            out.txns[i] = standalone_txn();
+            break;
+        }
+    }
+    co_return out;
 }
 
 } // namespace fk::store::pg

@@ -16,10 +16,12 @@
 #include "backends/postgres/pool.hpp"
 #include "backends/postgres/result.hpp"
 #include "backends/postgres/sql.hpp"
+#include "backends/postgres/transactions.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -59,13 +61,27 @@ public:
     // outlive the call.
     net::awaitable<write_result> submit(const sql::batch_item& item);
 
-    // Refuses every queued write; batches in flight finish.
+    // A transaction without operations or Idempotency-Key joins the next batch: its
+    // statement (sql::txn_sql, all-or-nothing by itself) runs in the batch's database
+    // transaction after the batch statement and shares its commit (docs/postgres.md,
+    // "Transactions share group commit"). `standalone`: the batch did not decide it
+    // (aborted by any statement's error, or the answer asks for a re-run); nothing of it
+    // was applied, and the caller runs it in a transaction of its own. `req` must outlive
+    // the call.
+    struct txn_answer {
+        bool standalone = false;
+        txn_attempt attempt;
+    };
+    net::awaitable<txn_answer> submit_txn(const txn_request& req);
+
+    // Refuses every queued write and transaction; batches in flight finish.
     void stop();
 
     // Writes per batch (metrics).
     const commit_stats& sizes() const noexcept { return sizes_; }
 
-    struct job; // one write waiting for, or in, a batch
+    struct job;     // one write waiting for, or in, a batch
+    struct txn_job; // one transaction waiting for, or in, a batch
 
     // On `c`'s strand: one unkeyed write alone as the single-row statement, anything else
     // (several writes, or a keyed one) as [begin, batch, Sync]. Also the store's path for
@@ -74,9 +90,26 @@ public:
     run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items, detail::millis timeout,
                  std::chrono::seconds idem_retention);
 
+    // On `c`'s strand: single writes and transactions (at least one) in one implicit
+    // transaction, [begin, batch (with items), lock timeout, txn per transaction, Sync].
+    struct mixed_outcome {
+        std::vector<write_mapping> writes; // as run_batch_on's
+        std::vector<txn_answer> txns;
+    };
+    static net::awaitable<mixed_outcome> run_mixed_on(pool::conn_ptr c,
+                                                      std::vector<sql::batch_item> items,
+                                                      std::vector<const txn_request*> txns,
+                                                      detail::millis timeout,
+                                                      std::chrono::seconds idem_retention);
+
 private:
     using job_ptr = std::shared_ptr<job>;
+    using txn_job_ptr = std::shared_ptr<txn_job>;
     void submit_on_strand(job_ptr j);
+    void submit_txn_on_strand(txn_job_ptr t);
+    void start_sweep();
+    std::vector<txn_job_ptr> take_txns();
+    void refuse_queued(const std::string& why);
     void enqueue(const job_ptr& j, bool front);
     net::awaitable<void> sweep();
     void spawn_runner_if_needed();
@@ -91,6 +124,7 @@ private:
     commit_stats sizes_;
     // All below: pool strand only.
     detail::batch_queue<job_ptr> queue_;
+    std::deque<txn_job_ptr> txns_; // first come, first served; each takes one batch place
     bool runner_waiting_ = false;
     std::size_t runners_ = 0;
     std::size_t in_flight_ = 0; // batches in the database

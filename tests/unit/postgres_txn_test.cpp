@@ -720,4 +720,129 @@ TEST_CASE("postgres txn: the backend killed before COMMIT is 503, and nothing is
     check_ok(t.run(txn({put("kk", 1, "x")})));
 }
 
+// ---- transactions in group-commit batches ----
+
+// Holds the row of `key` FOR UPDATE in a session of its own until release(): a write to
+// that key waits in the database, and the store's next batch waits for it
+// (batch_concurrency 1), so that what is submitted meanwhile forms one batch.
+struct row_holder {
+    session s;
+    row_holder(const std::string& url, const std::string& table, const std::string& key) : s(url) {
+        s.exec("BEGIN");
+        s.exec("SELECT 1 FROM " + table + " WHERE key = '" + key + "' FOR UPDATE");
+    }
+    void release() { s.exec("COMMIT"); }
+};
+
+// Waits until the server shows a backend waiting for a lock (the stuck batch).
+void wait_for_lock_wait(session& admin) {
+    for (int i = 0; i < 200; ++i) {
+        if (admin.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") !=
+            "0")
+            return;
+        std::this_thread::sleep_for(10ms);
+    }
+    FAIL("no backend ever waited for the held row");
+}
+
+TEST_CASE("postgres txn: transactions share a batch with single writes; a refused one "
+          "commits nothing in it") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    options o;
+    o.batch_concurrency = 1;
+    live t(*url, o);
+    REQUIRE(t.put1("blocker", 1).error == errc::ok);
+    REQUIRE(t.fence1("Z", 10).error == errc::ok);
+    row_holder hold(*url, t.fx.table("resources"), "blocker");
+    auto stuck = t.st->spawn((*t.st)->put(put_req("blocker", 2)));
+    wait_for_lock_wait(t.fx.admin);
+    const auto before = (*t.st)->batches()->read();
+
+    auto p1 = t.st->spawn((*t.st)->put(put_req("p1", 1)));
+    auto good_req = txn({put("t1", 5, "one"), put("t2", 5, "two"), fence_op("F", 3)});
+    // A zombie: its put is fine by itself, its fence op is below Z's fence. Alone it would
+    // be rolled back; in the batch its statement must write nothing, not even z1's fence.
+    auto zombie_req = txn({put("z1", 5, "zombie"), fence_op("Z", 9)});
+    auto good = t.st->spawn((*t.st)->transact(good_req));
+    auto zombie = t.st->spawn((*t.st)->transact(zombie_req));
+    auto p2 = t.st->spawn((*t.st)->put(put_req("p2", 1)));
+    std::this_thread::sleep_for(100ms); // all four queued behind the stuck batch
+    hold.release();
+
+    REQUIRE(stuck.wait_for(10s) == std::future_status::ready);
+    CHECK(stuck.get().error == errc::ok);
+    for (auto* f : {&p1, &p2}) {
+        REQUIRE(f->wait_for(10s) == std::future_status::ready);
+        CHECK(f->get().error == errc::ok);
+    }
+    REQUIRE(good.wait_for(10s) == std::future_status::ready);
+    auto g = good.get();
+    check_ok(g);
+    CHECK(g.results_json ==
+          R"([{"op":"put","key":"t1","lock":"t1","token":5,"version":1,"created":true},)"
+          R"({"op":"put","key":"t2","lock":"t2","token":5,"version":1,"created":true},)"
+          R"({"op":"fence","lock":"F","token":3}])");
+    REQUIRE(zombie.wait_for(10s) == std::future_status::ready);
+    auto z = zombie.get();
+    check_refused(z, errc::stale_token, 1);
+    CHECK(z.current_token == 10);
+
+    // One batch of four: two writes and two transactions, one commit.
+    const auto after = (*t.st)->batches()->read();
+    CHECK(after.buckets[2] == before.buckets[2] + 1); // sizes 3..4
+    CHECK(after.writes == before.writes + 4);
+    CHECK(t.fx.admin.rows("SELECT key, version, convert_from(body, 'UTF8') FROM " +
+                          t.fx.table("resources") + " ORDER BY key") ==
+          "blocker|2|b\np1|1|b\np2|1|b\nt1|1|one\nt2|1|two\n");
+    CHECK(t.fx.admin.rows("SELECT lock, token FROM " + t.fx.table("fences") + " ORDER BY lock") ==
+          "F|3\nZ|10\nblocker|2\np1|1\np2|1\nt1|5\nt2|5\n");
+}
+
+TEST_CASE("postgres txn: a transaction waiting out of lock order in a batch gives way, "
+          "and everything commits") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    options o;
+    o.batch_concurrency = 1;
+    // The store's sessions would detect the deadlock only after 10 s, and the other
+    // session gives up its wait after 5 s: only the batch's own bound breaks the cycle.
+    const std::string slow_detect = *url + (url->find('?') == std::string::npos ? "?" : "&") +
+                                    "options=-c%20deadlock_timeout%3D10s";
+    live t(slow_detect, o);
+    REQUIRE(t.put1("blocker", 1).error == errc::ok);
+    REQUIRE(t.put1("k2", 1).error == errc::ok);
+    REQUIRE(t.put1("p3", 1).error == errc::ok);
+    row_holder hold(*url, t.fx.table("resources"), "blocker");
+    auto stuck = t.st->spawn((*t.st)->put(put_req("blocker", 2)));
+    wait_for_lock_wait(t.fx.admin);
+    // Another session holds k2, which the transaction needs after the batch statement has
+    // locked p3; that session then asks for p3: a wait-for cycle, unless the transaction's
+    // wait is bounded (lock_timeout) and the batch gives way and re-runs.
+    session other(*url);
+    other.exec("BEGIN");
+    other.exec("SET LOCAL deadlock_timeout = '10s'"); // the cycle is not broken from here
+    other.exec("SET LOCAL lock_timeout = '5s'");
+    other.exec("SELECT 1 FROM " + t.fx.table("resources") + " WHERE key = 'k2' FOR UPDATE");
+    auto p3 = t.st->spawn((*t.st)->put(put_req("p3", 2)));
+    auto tx_req = txn({put("k2", 2, "from txn"), put("k9", 2)});
+    auto tx = t.st->spawn((*t.st)->transact(tx_req));
+    std::this_thread::sleep_for(100ms); // both queued behind the stuck batch
+    hold.release();
+    REQUIRE(stuck.wait_for(10s) == std::future_status::ready);
+    CHECK(stuck.get().error == errc::ok);
+    // The batch [p3, txn] now holds p3 and waits for k2; this waits for p3.
+    wait_for_lock_wait(t.fx.admin);
+    other.exec("SELECT 1 FROM " + t.fx.table("resources") + " WHERE key = 'p3' FOR UPDATE");
+    other.exec("COMMIT");
+    REQUIRE(p3.wait_for(20s) == std::future_status::ready);
+    CHECK(p3.get().error == errc::ok);
+    REQUIRE(tx.wait_for(20s) == std::future_status::ready);
+    check_ok(tx.get());
+    CHECK(t.fx.admin.rows("SELECT key, version FROM " + t.fx.table("resources") +
+                          " ORDER BY key") == "blocker|2\nk2|2\nk9|1\np3|2\n");
+}
+
 } // namespace

@@ -78,6 +78,11 @@ std::string batch_begin_sql() {
            "       pg_catalog.set_config('jit', 'off', true)";
 }
 
+std::string batch_lock_timeout_sql() {
+    return "SELECT pg_catalog.set_config('lock_timeout', '" +
+           std::to_string(batch_lock_timeout_ms) + "ms', true)";
+}
+
 std::string write_batch_sql(std::string_view schema) {
     std::string s =
         "WITH i AS MATERIALIZED (\n"

@@ -316,6 +316,7 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::op_fence, op_fence_sql(schema), 2},
         {name::batch_begin, batch_begin_sql(), 0},
         {name::write_batch, write_batch_sql(schema), 13},
+        {name::batch_lock_timeout, batch_lock_timeout_sql(), 0},
         {name::idem_get, idem_get_sql(schema), 3},
         {name::advance_idem, advance_idem_sql(schema), 6},
         {name::begin, "BEGIN", 0},

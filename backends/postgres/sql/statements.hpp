@@ -38,6 +38,7 @@ inline constexpr const char* list_open = "fk_list_open";
 inline constexpr const char* op_fence = "fk_op_fence";
 inline constexpr const char* batch_begin = "fk_batch_begin";
 inline constexpr const char* write_batch = "fk_write_batch";
+inline constexpr const char* batch_lock_timeout = "fk_batch_lock_timeout";
 // Idempotency-Key records (schema version 2).
 inline constexpr const char* idem_get = "fk_idem_get";
 inline constexpr const char* advance_idem = "fk_advance_idem";
@@ -106,6 +107,14 @@ std::string op_fence_sql(std::string_view schema);
 //     (map_batch). Also used for a lone keyed put or delete.
 std::string batch_begin_sql();
 std::string write_batch_sql(std::string_view schema);
+// A batch that carries transactions (write_batcher.cpp, run_mixed_on):
+// [batch_begin_sql, write_batch_sql (when it has single writes), batch_lock_timeout_sql,
+// txn_sql for each transaction, Sync], one implicit transaction, one commit.
+//   batch_lock_timeout_sql(): lock_timeout batch_lock_timeout_ms for the rest of this
+//     transaction: the statements after the first take their row locks out of the one
+//     lock order (sql/batch.cpp), so their waits are bounded instead.
+inline constexpr int batch_lock_timeout_ms = 100;
+std::string batch_lock_timeout_sql();
 
 // Idempotency-Key records (table idempotency, schema version 2; docs/postgres.md). A
 // record is unexpired while committed_at > now() - retention; every statement takes the

@@ -5,9 +5,14 @@
 namespace fk::store::pg::sql {
 
 // A transaction's statement (POST /v1/transactions; docs/postgres.md, "Transactions").
-// It runs inside an explicit transaction that the store rolls back when any op fails, so
-// it need not be all-or-nothing by itself; it is anyway for the data (w and v write only
-// when every op passed), and a row whose fence step did not apply is never written.
+// It is all-or-nothing by itself, because it also runs inside a group-commit batch's
+// database transaction, which commits whatever its statements wrote (write_batcher.cpp,
+// run_mixed_on): it proposes no fence unless every op passes its checks on the locked key
+// rows and on the snapshot's fences and floors (g), writes data only when every fence
+// step applied (ok), and raises FKR01 when a proposed fence step was refused by a fence
+// committed after the snapshot (the other locks' steps may have applied: the statement
+// must not commit them). Alone, it runs in an explicit transaction that is rolled back
+// when any op fails or when it raises.
 //
 // It takes its row locks in the batch's phases and orders (sql/batch.cpp), so that
 // transactions never deadlock with batches, with the fence-only statements or with each
@@ -71,19 +76,29 @@ std::string txn_sql(std::string_view schema) {
         // One row per lock: its token, whether an op writes it (anything but check), the
         // floor over it (the highest whose prefix it starts with, on a tie the longest),
         // and its own fence in the snapshot.
-        "  SELECT g.lock, g.token, g.writes, hf.prefix AS floor_prefix, hf.token AS floor_token,\n"
-        "         coalesce(g.token < hf.token, false) AS below_floor,\n"
-        "         (SELECT fs.token FROM @S.fences fs WHERE fs.lock = g.lock) AS own\n"
-        "  FROM (SELECT c.lock, max(c.token) AS token, bool_or(c.kind <> 'check') AS writes\n"
-        "        FROM c WHERE c.lock IS NOT NULL GROUP BY c.lock) g\n"
-        "    LEFT JOIN LATERAL (\n"
-        "      SELECT h.prefix, h.token FROM h WHERE starts_with(g.lock, h.prefix)\n"
-        "      ORDER BY h.token DESC, octet_length(h.prefix) DESC LIMIT 1) hf ON true\n"
+        "  SELECT l0.*, l0.own > l0.token AS own_above\n"
+        "  FROM (SELECT g.lock, g.token, g.writes, hf.prefix AS floor_prefix,\n"
+        "               hf.token AS floor_token,\n"
+        "               coalesce(g.token < hf.token, false) AS below_floor,\n"
+        "               (SELECT fs.token FROM @S.fences fs WHERE fs.lock = g.lock) AS own\n"
+        "        FROM (SELECT c.lock, max(c.token) AS token, bool_or(c.kind <> 'check') AS writes\n"
+        "              FROM c WHERE c.lock IS NOT NULL GROUP BY c.lock) g\n"
+        "          LEFT JOIN LATERAL (\n"
+        "            SELECT h.prefix, h.token FROM h WHERE starts_with(g.lock, h.prefix)\n"
+        "            ORDER BY h.token DESC, octet_length(h.prefix) DESC LIMIT 1) hf ON true) l0\n"
+        "), g AS MATERIALIZED (\n"
+        // Every op passes its checks: the key rows' (locked, newest), and each lock's
+        // floor and own fence in the snapshot (a fence only rises, so one above the token
+        // there refuses for certain). Only then is any fence step proposed.
+        "  SELECT NOT EXISTS (SELECT 1 FROM c WHERE c.mismatch OR c.pre_failed)\n"
+        "         AND NOT EXISTS (SELECT 1 FROM l WHERE l.below_floor OR coalesce(l.own_above, "
+        "false))\n"
+        "    AS pass\n"
         "), f AS (\n"
         "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
         "  SELECT l.lock, l.token,\n"
         "         CASE WHEN l.writes THEN now() ELSE '-infinity'::timestamptz END\n"
-        "  FROM l WHERE NOT l.below_floor AND (l.writes OR l.own IS NOT NULL)\n"
+        "  FROM l CROSS JOIN g WHERE g.pass AND (l.writes OR l.own IS NOT NULL)\n"
         "    AND (SELECT count(*) FROM k) >= 0\n"
         "  ORDER BY l.lock COLLATE \"C\"\n"
         "  ON CONFLICT (lock) DO UPDATE SET\n"
@@ -95,13 +110,16 @@ std::string txn_sql(std::string_view schema) {
         "  WHERE fe.token <= EXCLUDED.token\n"
         "  RETURNING fe.lock, fe.token\n"
         "), d AS MATERIALIZED (\n"
-        // stale: the lock's fence step did not apply (a write lock, or a check-only lock
-        // with a fence row), or the floor is above the token. fenced: the lock's fence
-        // after f (a check-only lock's: unchanged, its newest committed value).
+        // stale: the floor or the snapshot's own fence is above the token, or the lock's
+        // proposed fence step did not apply (raised below). raced: that last case.
+        // fenced: the lock's fence after f (a check-only lock's: unchanged, its newest
+        // committed value).
         "  SELECT c.*, l.writes, l.own, l.floor_prefix, l.floor_token, f.token AS fenced,\n"
-        "         c.lock IS NOT NULL AND (l.below_floor\n"
-        "           OR ((l.writes OR l.own IS NOT NULL) AND f.lock IS NULL)) AS stale\n"
-        "  FROM c LEFT JOIN l ON l.lock = c.lock LEFT JOIN f ON f.lock = c.lock\n"
+        "         c.lock IS NOT NULL AND (l.below_floor OR coalesce(l.own_above, false)\n"
+        "           OR (g.pass AND (l.writes OR l.own IS NOT NULL) AND f.lock IS NULL)) AS stale,\n"
+        "         c.lock IS NOT NULL AND g.pass AND (l.writes OR l.own IS NOT NULL)\n"
+        "           AND f.lock IS NULL AS raced\n"
+        "  FROM c CROSS JOIN g LEFT JOIN l ON l.lock = c.lock LEFT JOIN f ON f.lock = c.lock\n"
         "), ok AS MATERIALIZED (\n"
         "  SELECT NOT EXISTS (SELECT 1 FROM d WHERE d.mismatch OR d.stale OR d.pre_failed)\n"
         "    AS all_ok\n"
@@ -139,7 +157,10 @@ std::string txn_sql(std::string_view schema) {
          "                 AND w.n IS NULL AND v.key IS NULL\n"
          "            THEN @S.fk_raise('" +
          std::string(sqlstate_retry) +
-         "', 'a concurrent write created the key, retry') END\n"
+         "', 'a concurrent write created the key, retry')\n"
+         "            WHEN d.raced THEN @S.fk_raise('" +
+         std::string(sqlstate_retry) +
+         "', 'a fence committed meanwhile refused the transaction, retry') END\n"
          "         AS unwritten\n"
          "FROM d CROSS JOIN ok LEFT JOIN w ON w.n = d.n LEFT JOIN v ON v.key = d.key\n"
          "ORDER BY d.n";
