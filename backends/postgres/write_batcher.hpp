@@ -1,6 +1,6 @@
 #pragma once
-// Group commit (postgres.batch_max > 1): which PUTs and DELETEs go to the database
-// together, and when. A write joins the queue (detail::batch_queue decides what goes in
+// Group commit (postgres.batch_max > 1): which PUTs, DELETEs and transactions (those
+// without operations or Idempotency-Key) go to the database together, and when. A write joins the queue (detail::batch_queue decides what goes in
 // the next batch); a batch runner with a pooled connection sends it, alone when nothing
 // else waits, else with whatever accumulated while the previous batch ran
 // (detail::may_start_batch decides when a second batch may run beside the first). The

@@ -759,6 +759,7 @@ TEST_CASE("postgres txn: transactions share a batch with single writes; a refuse
     auto stuck = t.st->spawn((*t.st)->put(put_req("blocker", 2)));
     wait_for_lock_wait(t.fx.admin);
     const auto before = (*t.st)->batches()->read();
+    REQUIRE(before.writes > 0);
 
     auto p1 = t.st->spawn((*t.st)->put(put_req("p1", 1)));
     auto good_req = txn({put("t1", 5, "one"), put("t2", 5, "two"), fence_op("F", 3)});
@@ -789,10 +790,15 @@ TEST_CASE("postgres txn: transactions share a batch with single writes; a refuse
     check_refused(z, errc::stale_token, 1);
     CHECK(z.current_token == 10);
 
-    // One batch of four: two writes and two transactions, one commit.
+    // One batch: two writes and two transactions, one database transaction (one xmin),
+    // one commit. The batch-size histogram counts its writes only.
     const auto after = (*t.st)->batches()->read();
-    CHECK(after.buckets[2] == before.buckets[2] + 1); // sizes 3..4
-    CHECK(after.writes == before.writes + 4);
+    CHECK(after.buckets[1] == before.buckets[1] + 1); // size 2
+    CHECK(after.writes == before.writes + 2);
+    CHECK(t.fx.admin.rows("SELECT count(DISTINCT xmin::text) FROM " + t.fx.table("resources") +
+                          " WHERE key IN ('p1', 'p2', 't1', 't2')") == "1\n");
+    CHECK(t.fx.admin.rows("SELECT count(DISTINCT xmin::text) FROM " + t.fx.table("resources") +
+                          " WHERE key IN ('p1', 'blocker')") == "2\n");
     CHECK(t.fx.admin.rows("SELECT key, version, convert_from(body, 'UTF8') FROM " +
                           t.fx.table("resources") + " ORDER BY key") ==
           "blocker|2|b\np1|1|b\np2|1|b\nt1|1|one\nt2|1|two\n");

@@ -39,8 +39,13 @@ namespace fk::store::pg::sql {
 // A transaction (txn_sql, sql/txn.cpp) takes K, F (one upsert over its locks, check-only
 // ones locked without a change) and N in the same orders, then runs its operations'
 // statements (which may lock anything, as a keyed operation's do: a deadlock there is
-// detected and the transaction re-run), then claims its record (I) last. It bypasses
-// the batch queue, so it may meet a batch on one key or lock: on row locks, in this order.
+// detected and the transaction re-run), then claims its record (I) last. Its keys and
+// locks are not in the batch queue's in-flight sets, so it may meet a batch on one key
+// or lock: on row locks, in this order. A transaction that shares a batch's database
+// transaction (write_batcher.cpp, run_mixed_on) runs after the batch statement or
+// another transaction's: its waits are out of this order, and lock_timeout
+// (batch_lock_timeout_sql) bounds them, so they cannot close a lasting cycle; one that
+// times out aborts the batch, which is re-run item by item.
 // (Mixed versions on one database: docs/postgres.md, on the claim statement.)
 //
 // A create race: k found no row for a key, the checks passed on "absent", the fence
