@@ -742,11 +742,14 @@ txn_runs() {
 # txn_mix ROUND: do P's transactions share WAL flushes with its group-commit batches? Two
 # runs, in alternating order: single PUTs at 8 clients alone ("puts"), and the same with
 # one client sending 10-op transactions beside them ("mix"). Each records the batches
-# fencekeeper committed (its batch histogram: transactions are not batches), the
-# transactions, and Postgres' WAL fsyncs (pg_stat_wal) into mix.tsv; report.py derives
-# the WAL fsyncs per transaction beyond what the batches needed (docs/benchmarks.md).
+# fencekeeper committed (its batch histogram counts single writes: a batch of
+# transactions only is not one), the transactions, and Postgres' WAL fsyncs (pg_stat_wal)
+# into mix.tsv; report.py derives the WAL fsyncs per transaction beyond what the batches
+# needed (docs/benchmarks.md). Every request writes fresh keys, and rows committed in one
+# database transaction share xmin, so the mix also counts directly how many transactions
+# committed together with PUTs ("SHARED TOTAL" in txns_with_puts).
 mix_tsv="$results/mix.tsv"
-printf 'round\tside\tput_rate\ttxn_rate\tbatches\ttxns\twal_syncs\tnon2xx\n' >"$mix_tsv"
+printf 'round\tside\tput_rate\ttxn_rate\tbatches\ttxns\twal_syncs\tnon2xx\ttxns_with_puts\n' >"$mix_tsv"
 txn_mix() {
     local r=$1 side sides=(puts mix)
     ((r % 2)) || sides=(mix puts)
@@ -770,10 +773,18 @@ txn_mix() {
         read -r w1 _ < <(wal_syncs)
         ((pnon + tnon == 0 && perr + terr == 0)) ||
             problem "T mix $side round $r: $((pnon + tnon)) non-2xx answers, $((perr + terr)) socket errors"
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$side" "$prps" "$trps" "$((b1 - b0))" \
-            "$treq" "$((w1 - w0))" "$((pnon + tnon))" >>"$mix_tsv"
-        printf '   T mix round %s  %-4s %8.1f PUTs/s %6.1f txn/s  %s batches %s WAL fsyncs\n' \
-            "$r" "$side" "$prps" "$trps" "$((b1 - b0))" "$((w1 - w0))" >&2
+        local shared=""
+        [[ $side == mix ]] && shared="$(psql_ -d fkbench -tA -F' ' -c "
+            WITH p AS (SELECT DISTINCT xmin::text AS x FROM fencekeeper.resources
+                       WHERE key LIKE 'tmm$r-%'),
+                 t AS (SELECT DISTINCT xmin::text AS x FROM fencekeeper.resources
+                       WHERE key LIKE 'tmt$r-%')
+            SELECT count(*) FILTER (WHERE x IN (SELECT x FROM p)), count(*) FROM t")"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$side" "$prps" "$trps" "$((b1 - b0))" \
+            "$treq" "$((w1 - w0))" "$((pnon + tnon))" "$shared" >>"$mix_tsv"
+        printf '   T mix round %s  %-4s %8.1f PUTs/s %6.1f txn/s  %s batches %s WAL fsyncs %s\n' \
+            "$r" "$side" "$prps" "$trps" "$((b1 - b0))" "$((w1 - w0))" \
+            "${shared:+(transactions with PUTs, of all: $shared)}" >&2
     done
 }
 

@@ -33,78 +33,63 @@ std::chrono::milliseconds sweep_period(std::chrono::milliseconds statement_timeo
     return std::clamp(statement_timeout / 8, ms(10), ms(250));
 }
 
-// `item` views the request, which lives in the suspended caller's frame until it has been
-// answered. Pool strand only.
-struct write_batcher::job {
-    explicit job(const sql::batch_item& i) : item(i), key(i.key), lock(i.lock) {}
-    virtual ~job() = default;
-    job(const job&) = delete;
-    job& operator=(const job&) = delete;
+namespace {
+
+// Something queued for a batch whose caller waits for a `Result`. Pool strand only.
+template <class Result> struct waiter {
+    waiter() = default;
+    virtual ~waiter() = default;
+    waiter(const waiter&) = delete;
+    waiter& operator=(const waiter&) = delete;
 
     // Resumes the caller with `r` on the caller's executor (never inline); once only.
-    void answer(write_result r) {
+    void answer(Result r) {
         if (!answered_) {
             answered_ = true;
             complete(std::move(r));
         }
     }
 
+    // While queued: when it gives up waiting for a connection (the sweep refuses it). In
+    // a batch, the batch's own deadline applies instead.
+    std::chrono::steady_clock::time_point give_up;
+
+private:
+    virtual void complete(Result r) = 0;
+    bool answered_ = false;
+};
+
+} // namespace
+
+// `item` views the request, which lives in the suspended caller's frame until it has been
+// answered.
+struct write_batcher::job : waiter<write_result> {
+    explicit job(const sql::batch_item& i) : item(i), key(i.key), lock(i.lock) {}
+
     sql::batch_item item;
     std::string_view key;
     std::string_view lock;
     bool alone = false;
     int attempts = 0;
-    // While queued: when the write gives up waiting for a connection (the sweep refuses
-    // it). In a batch, the batch's own deadline applies instead.
-    std::chrono::steady_clock::time_point give_up;
-
-private:
-    virtual void complete(write_result r) = 0;
-    bool answered_ = false;
 };
 
-struct write_batcher::txn_job {
+// `req` lives in the suspended caller's frame until it has been answered.
+struct write_batcher::txn_job : waiter<txn_answer> {
     explicit txn_job(const txn_request& r) : req(&r) {}
-    virtual ~txn_job() = default;
-    txn_job(const txn_job&) = delete;
-    txn_job& operator=(const txn_job&) = delete;
-
-    void answer(txn_answer a) {
-        if (!answered_) {
-            answered_ = true;
-            complete(std::move(a));
-        }
-    }
 
     const txn_request* req;
-    std::chrono::steady_clock::time_point give_up; // while queued, as job's
-
-private:
-    virtual void complete(txn_answer a) = 0;
-    bool answered_ = false;
 };
 
 namespace {
 
-// The job and the caller's completion handler in one allocation.
-template <class Handler> struct job_for final : write_batcher::job {
-    job_for(const sql::batch_item& i, Handler h, net::any_io_executor e)
-        : job(i), handler(std::move(h)), ex(std::move(e)) {}
-    void complete(write_result r) override {
+// A job and the caller's completion handler in one allocation.
+template <class Job, class Result, class Handler> struct with_handler final : Job {
+    template <class Request>
+    with_handler(const Request& r, Handler h, net::any_io_executor e)
+        : Job(r), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(Result r) override {
         net::post(ex, [h = std::move(handler), r = std::move(r)]() mutable {
             std::move(h)(std::move(r));
-        });
-    }
-    Handler handler;
-    net::any_io_executor ex;
-};
-
-template <class Handler> struct txn_job_for final : write_batcher::txn_job {
-    txn_job_for(const txn_request& r, Handler h, net::any_io_executor e)
-        : txn_job(r), handler(std::move(h)), ex(std::move(e)) {}
-    void complete(write_batcher::txn_answer a) override {
-        net::post(ex, [h = std::move(handler), a = std::move(a)]() mutable {
-            std::move(h)(std::move(a));
         });
     }
     Handler handler;
@@ -134,8 +119,8 @@ net::awaitable<write_result> write_batcher::submit(const sql::batch_item& item) 
             using handler_type = decltype(handler);
             net::any_io_executor ex =
                 net::get_associated_executor(handler, self->pool_->strand().get_inner_executor());
-            job_ptr j =
-                std::make_shared<job_for<handler_type>>(item, std::move(handler), std::move(ex));
+            job_ptr j = std::make_shared<with_handler<job, write_result, handler_type>>(
+                item, std::move(handler), std::move(ex));
             net::dispatch(self->pool_->strand(), [self, j = std::move(j)]() mutable {
                 self->submit_on_strand(std::move(j));
             });
@@ -149,8 +134,8 @@ net::awaitable<write_batcher::txn_answer> write_batcher::submit_txn(const txn_re
             using handler_type = decltype(handler);
             net::any_io_executor ex =
                 net::get_associated_executor(handler, self->pool_->strand().get_inner_executor());
-            txn_job_ptr t =
-                std::make_shared<txn_job_for<handler_type>>(req, std::move(handler), std::move(ex));
+            txn_job_ptr t = std::make_shared<with_handler<txn_job, txn_answer, handler_type>>(
+                req, std::move(handler), std::move(ex));
             net::dispatch(self->pool_->strand(), [self, t = std::move(t)]() mutable {
                 self->submit_txn_on_strand(std::move(t));
             });

@@ -410,8 +410,10 @@ if txn_rows:
         mlines = []
         mout = mlines.append
         mout("| round | side | PUTs/s | transactions/s | batches | transactions | WAL fsyncs "
-             "| commits per WAL fsync | WAL fsyncs per transaction beyond the batches' |")
-        mout("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+             "| commits per WAL fsync | WAL fsyncs per transaction beyond the batches' "
+             "| transactions committed with PUTs |")
+        mout("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        shares = []
         extras = []
         for rd in sorted(by_round, key=int):
             sides = by_round[rd]
@@ -429,9 +431,16 @@ if txn_rows:
                     e = (w - f0 * b) / t
                     extras.append(e)
                     extra = f"{e:.2f}"
+                # txns_with_puts: "SHARED TOTAL" from xmin (bench.sh, txn_mix); older
+                # results have no such column.
+                with_puts = "—"
+                sh = (m.get("txns_with_puts") or "").split()
+                if side == "mix" and len(sh) == 2 and int(sh[1]) > 0:
+                    shares.append(int(sh[0]) / int(sh[1]))
+                    with_puts = f"{int(sh[0]):,} of {int(sh[1]):,} ({100 * shares[-1]:.0f}%)"
                 mout(f"| {rd} | {side} | {fmt_rate(float(m['put_rate'] or 0))} | "
                      f"{fmt_rate(float(m['txn_rate'] or 0)) if side == 'mix' else '—'} | {b:,} | "
-                     f"{t:,} | {w:,} | {per} | {extra} |")
+                     f"{t:,} | {w:,} | {per} | {extra} | {with_puts} |")
         med_extra = f"{statistics.median(extras):.2f}" if extras else "—"
         # Shared when most transactions ride on a batch's fsync: under half a fsync each.
         name = (f"T P: transactions share group commit with single writes (WAL fsyncs per "
@@ -440,15 +449,23 @@ if txn_rows:
             verdicts.append((name, med_extra, statistics.median(extras) <= TXN_SHARED_FSYNCS))
         else:
             verdicts.append((name, "not measured", None))
+        share_text = ""
+        if shares:
+            share_text = (f" Median: **{100 * statistics.median(shares):.0f}%** of the "
+                          f"transactions.")
         mix_text = f"""
 **Transactions beside group commit (P).** In every round, P's fencekeeper gets single
 `PUT`s at 8 clients for {meta.get('duration', '?')} s alone ("puts"), and the same with one
 client sending 10-op transactions beside them ("mix"), in alternating order. Batches
-are fencekeeper's group-commit batches (its `fencekeeper_store_batch_size` count; a
-transaction is not one), WAL fsyncs are Postgres' (`pg_stat_wal.wal_sync`). The last
-column is the mix's WAL fsyncs beyond its batches × the fsyncs per batch of the puts
+are fencekeeper's group-commit batches with single writes (its
+`fencekeeper_store_batch_size` count; a batch of transactions only is not one), WAL
+fsyncs are Postgres' (`pg_stat_wal.wal_sync`). "WAL fsyncs per transaction beyond the
+batches'" is the mix's WAL fsyncs beyond its batches × the fsyncs per batch of the puts
 alone, per transaction: 1 would mean each transaction's commit paid a WAL fsync of its
-own, 0 that every one shared a batch's. Median: **{med_extra}**.
+own, 0 that every one shared a batch's. Median: **{med_extra}** (the target's measure; it
+is as noisy as the puts' fsyncs per batch from round to round). The last column counts
+it directly: the transactions whose rows carry the same `xmin` (were committed in the
+same database transaction) as rows of the mix's `PUT`s.{share_text}
 
 {chr(10).join(mlines)}
 """

@@ -53,10 +53,11 @@ def write_results(d, rows, ceiling=(), idem=(), txn=(), create=(), mix=()):
                 f.write("%s\t%d\t%d\t%s\t%.1f\t30.0\t1000\t0\n" % (st, c, rnd, mode, rate))
     if mix:
         with open(os.path.join(d, "mix.tsv"), "w") as f:
-            f.write("round\tside\tput_rate\ttxn_rate\tbatches\ttxns\twal_syncs\tnon2xx\n")
-            for rnd, side, batches, txns, wal in mix:
-                f.write("%d\t%s\t5000.0\t%.1f\t%d\t%d\t%d\t0\n"
-                        % (rnd, side, txns / 10.0, batches, txns, wal))
+            f.write("round\tside\tput_rate\ttxn_rate\tbatches\ttxns\twal_syncs\tnon2xx\t"
+                    "txns_with_puts\n")
+            for rnd, side, batches, txns, wal, *shared in mix:
+                f.write("%d\t%s\t5000.0\t%.1f\t%d\t%d\t%d\t0\t%s\n"
+                        % (rnd, side, txns / 10.0, batches, txns, wal, (shared or [""])[0]))
     if create:
         with open(os.path.join(d, "create.tsv"), "w") as f:
             f.write("store\tround\tus_per_file\n")
@@ -292,8 +293,8 @@ class VerdictTest(unittest.TestCase):
         rows = [[x.strip() for x in l.strip().strip("|").split("|")]
                 for l in sec.splitlines() if re.match(r"^\| [0-9]+ \| (puts|mix) \|", l)]
         self.assertEqual(len(rows), 6)
-        self.assertEqual(rows[0][1:], ["puts", "5,000", "—", "1,000", "0", "800", "1.25", "—"])
-        self.assertEqual(rows[1][1:], ["mix", "5,000", "50", "900", "500", "970", "1.44", "0.50"])
+        self.assertEqual(rows[0][1:], ["puts", "5,000", "—", "1,000", "0", "800", "1.25", "—", "—"])
+        self.assertEqual(rows[1][1:], ["mix", "5,000", "50", "900", "500", "970", "1.44", "0.50", "—"])
         self.assertEqual(rows[3][8], "1.00")
         self.assertEqual(rows[5][8], "0.00")
         # Each transaction with a fsync of its own: 900 × 0.8 + 500 = 1220 in every round.
@@ -301,6 +302,16 @@ class VerdictTest(unittest.TestCase):
         v = Report(normal_rows(scens="H"), txn=txn, mix=mix).verdicts()
         self.assertEqual(v["T P: transactions share group commit with single writes (WAL fsyncs per "
                            "transaction beyond the batches' ≤ 0.5)"], ("1.00", "**MISS**"))
+        # The direct count from xmin ("SHARED TOTAL"): 400, 450, 100 of 500 → median 80%.
+        mix = []
+        for rnd, shared in enumerate(("400 500", "450 500", "100 500"), 1):
+            mix += [(rnd, "puts", 1000, 0, 800, ""), (rnd, "mix", 900, 500, 800, shared)]
+        sec = Report(normal_rows(scens="H"), txn=txn, mix=mix).section("Transactions")
+        self.assertIn("Median: **80%** of the transactions", sec)
+        rows = [[x.strip() for x in l.strip().strip("|").split("|")]
+                for l in sec.splitlines() if re.match(r"^\| [0-9]+ \| (puts|mix) \|", l)]
+        self.assertEqual([r[9] for r in rows], ["—", "400 of 500 (80%)", "—", "450 of 500 (90%)",
+                                                "—", "100 of 500 (20%)"])
 
     def test_tls_rows_and_their_verdicts(self):
         # Scenario L (bench.sh --only L): rows H-TLS and S-TLS, target ≥ 0.5 at every client

@@ -570,6 +570,74 @@ def test_zombie_transaction_refused(store):
         eq(holder.fence("job/summary").status, 404, "nor its fence advance on the other lock")
 
 
+def test_pg_transactions_share_commits_with_puts():
+    """Postgres: a transaction without operations or Idempotency-Key rides in a
+    group-commit batch with single PUTs (docs/postgres.md, "Transactions share group
+    commit"): rows written in one database transaction share xmin. 4 clients PUT new keys
+    while one sends 3-put transactions; some transaction must share a commit with PUTs,
+    each transaction's rows one commit, and a zombie's transaction sent among them is
+    refused whole."""
+    store = fk.pg_store()
+    if store is None:
+        fk.missing("the postgres store")
+    p = start(store)
+    stop = threading.Event()
+    puts, txns, errors = [], [], []
+
+    def putter(w):
+        with p.client() as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                r = c.put("put/%d/%d" % (w, n), b"x", token=1)
+                (puts if r.status == 201 else errors).append((r.status, "put"))
+
+    def transactor():
+        with p.client() as c:
+            expect_status(c.put_fence("zlock", 10), 200, "the new holder's fence")
+            n = 0
+            while not stop.is_set() and n < 400:
+                n += 1
+                ops = [put_op("tx/%d/%s" % (n, part), 1, part) for part in ("a", "b", "c")]
+                if n % 5 == 0:   # a zombie's: its lock's fence is 10
+                    ops.append({"op": "fence", "lock": "zlock", "token": 9})
+                    expect_txn_error(c.transaction(ops), 409, "stale_token", 3, "zombie %d" % n)
+                    continue
+                r = c.transaction(ops)
+                (txns if r.status == 200 else errors).append((r.status, n))
+
+    threads = [threading.Thread(target=putter, args=(w,)) for w in range(4)]
+    threads.append(threading.Thread(target=transactor))
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    stop.set()
+    for t in threads:
+        t.join()
+    eq(errors, [], "every PUT and every valid transaction applied")
+    check(len(txns) > 0 and len(puts) > 0, "load ran: %d PUTs, %d transactions" % (len(puts), len(txns)))
+    rows = fk.psql("SELECT split_part(key, '/', 2), count(*), count(DISTINCT xmin::text), "
+                   "min(xmin::text) FROM %s.resources WHERE key LIKE 'tx/%%' GROUP BY 1"
+                   % store.schema).split()
+    by_txn = {}
+    for line in rows:
+        n, count, xmins, xmin = line.split("|")
+        by_txn[int(n)] = xmin
+        eq((count, xmins), ("3", "1"), "transaction %s: three rows, one commit" % n)
+    eq(sorted(by_txn), sorted(n for _, n in txns), "exactly the valid transactions' rows")
+    put_xmins = set(fk.psql("SELECT DISTINCT xmin::text FROM %s.resources WHERE key LIKE 'put/%%'"
+                            % store.schema).split())
+    shared = sum(1 for x in by_txn.values() if x in put_xmins)
+    print("  %d PUTs, %d transactions, %d of them committed with PUTs"
+          % (len(puts), len(by_txn), shared))
+    check(shared > 0, "no transaction shared a commit with a PUT")
+    eq(fk.psql("SELECT token FROM %s.fences WHERE lock = 'zlock'" % store.schema).strip(), "10",
+       "the zombie's fence op never applied")
+    eq(fk.psql("SELECT count(*) FROM %s.fences WHERE lock LIKE 'tx/%%' AND lock NOT IN "
+               "(SELECT key FROM %s.resources)" % (store.schema, store.schema)).strip(), "0",
+       "no fence of a refused transaction's puts")
+
+
 # ---------------------------------------------------------------------------
 # 5. The ledger example
 # ---------------------------------------------------------------------------
