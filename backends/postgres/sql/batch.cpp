@@ -34,8 +34,9 @@ namespace fk::store::pg::sql {
 // it holds no record while it waits for anything else. The single-row statement (a lone
 // unkeyed write, batch_max 1) takes key row, fence row, then (creating) the key's index
 // entry: the same order, and it waits for nothing once it holds the new key (a lone
-// keyed write goes as a batch of one). Within one process it never meets a batch on one
-// key or lock anyway: a key and a lock are never in flight twice (detail/batch_queue.hpp).
+// keyed write goes as a batch of one). Within one process it never meets another single
+// write on one key or lock: a write's key and lock are never in flight twice
+// (detail/batch_queue.hpp); it may meet a transaction, on row locks, in this order.
 // A transaction (txn_sql, sql/txn.cpp) takes K, F (one upsert over its locks, check-only
 // ones locked without a change) and N in the same orders, then runs its operations'
 // statements (which may lock anything, as a keyed operation's do: a deadlock there is
