@@ -1,11 +1,12 @@
 #pragma once
 // Group commit (postgres.batch_max > 1): which PUTs, DELETEs and transactions (those
-// without operations or Idempotency-Key) go to the database together, and when. A write joins the queue (detail::batch_queue decides what goes in
-// the next batch); a batch runner with a pooled connection sends it, alone when nothing
-// else waits, else with whatever accumulated while the previous batch ran
-// (detail::may_start_batch decides when a second batch may run beside the first). The
-// statements and the mapping of their results are sql/ and result.hpp; the argument for
-// why batches cannot deadlock is in sql/batch.cpp.
+// without operations or Idempotency-Key) go to the database together, and when. A write
+// joins the queue (detail::batch_queue decides what goes in the next batch); a batch
+// runner with a pooled connection sends it, alone when nothing else waits, else with
+// whatever accumulated while the previous batch ran (detail::may_start_batch decides
+// when a second batch may run beside the first). The statements and the mapping of their
+// results are sql/ and result.hpp; the argument for why batches cannot deadlock is in
+// sql/batch.cpp.
 //
 // Threads: submit() and stop() are safe from any thread; everything else, the queue, the
 // runners and the timers, lives on the pool's strand. It never blocks and never sends

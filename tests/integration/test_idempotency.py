@@ -225,9 +225,14 @@ def test_pg_answer_lost_after_commit_then_retry_replays():
         store.url = pg_url_via(relay.port)
         s, ops = bank()
         # Answers are held ANSWER_HOLD_S while the write runs: its statements must not time out.
+        # One pooled connection: once a request has gone through after a cut, the pool has
+        # nothing left to set up. With more, a connection still being set up when the next
+        # hold_replies() starts has each of its ~30 set-up round trips held ANSWER_HOLD_S,
+        # and the request waits for connections that cannot come (seen: "credit: no commit
+        # within 20 s").
         p = start(store, config={"operations": ops,
                                  "postgres": {"statement_timeout_ms": 20000,
-                                              "connect_timeout_ms": 5000}})
+                                              "connect_timeout_ms": 5000, "pool_size": 1}})
         with p.client() as c:
             # A PUT.
             send = lambda: c.put("cut/doc", b"hello", token=5, headers=ik("k-cut-put"))

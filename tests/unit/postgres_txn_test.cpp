@@ -722,18 +722,6 @@ TEST_CASE("postgres txn: the backend killed before COMMIT is 503, and nothing is
 
 // ---- transactions in group-commit batches ----
 
-// Holds the row of `key` FOR UPDATE in a session of its own until release(): a write to
-// that key waits in the database, and the store's next batch waits for it
-// (batch_concurrency 1), so that what is submitted meanwhile forms one batch.
-struct row_holder {
-    session s;
-    row_holder(const std::string& url, const std::string& table, const std::string& key) : s(url) {
-        s.exec("BEGIN");
-        s.exec("SELECT 1 FROM " + table + " WHERE key = '" + key + "' FOR UPDATE");
-    }
-    void release() { s.exec("COMMIT"); }
-};
-
 // Waits until the server shows a backend waiting for a lock (the stuck batch).
 void wait_for_lock_wait(session& admin) {
     for (int i = 0; i < 200; ++i) {
@@ -745,6 +733,28 @@ void wait_for_lock_wait(session& admin) {
     FAIL("no backend ever waited for the held row");
 }
 
+// A batch held in the database: a session of its own holds the row of "blocker" FOR
+// UPDATE while the store's write to it waits, so that with batch_concurrency 1 everything
+// submitted until release() forms the store's next batch.
+struct held_batch {
+    session s;
+    std::future<write_result> stuck;
+    held_batch(live& t, const std::string& url) : s(url) {
+        REQUIRE(t.put1("blocker", 1).error == errc::ok);
+        s.exec("BEGIN");
+        s.exec("SELECT 1 FROM " + t.fx.table("resources") + " WHERE key = 'blocker' FOR UPDATE");
+        stuck = t.st->spawn((*t.st)->put(put_req("blocker", 2)));
+        wait_for_lock_wait(t.fx.admin);
+    }
+    // Lets the held batch finish, once what was submitted meanwhile has had time to queue.
+    void release() {
+        std::this_thread::sleep_for(300ms);
+        s.exec("COMMIT");
+        REQUIRE(stuck.wait_for(10s) == std::future_status::ready);
+        CHECK(stuck.get().error == errc::ok);
+    }
+};
+
 TEST_CASE("postgres txn: transactions share a batch with single writes; a refused one "
           "commits nothing in it") {
     auto url = pg_url();
@@ -753,11 +763,8 @@ TEST_CASE("postgres txn: transactions share a batch with single writes; a refuse
     options o;
     o.batch_concurrency = 1;
     live t(*url, o);
-    REQUIRE(t.put1("blocker", 1).error == errc::ok);
     REQUIRE(t.fence1("Z", 10).error == errc::ok);
-    row_holder hold(*url, t.fx.table("resources"), "blocker");
-    auto stuck = t.st->spawn((*t.st)->put(put_req("blocker", 2)));
-    wait_for_lock_wait(t.fx.admin);
+    held_batch held(t, *url);
     const auto before = (*t.st)->batches()->read();
     REQUIRE(before.writes > 0);
 
@@ -769,11 +776,7 @@ TEST_CASE("postgres txn: transactions share a batch with single writes; a refuse
     auto good = t.st->spawn((*t.st)->transact(good_req));
     auto zombie = t.st->spawn((*t.st)->transact(zombie_req));
     auto p2 = t.st->spawn((*t.st)->put(put_req("p2", 1)));
-    std::this_thread::sleep_for(100ms); // all four queued behind the stuck batch
-    hold.release();
-
-    REQUIRE(stuck.wait_for(10s) == std::future_status::ready);
-    CHECK(stuck.get().error == errc::ok);
+    held.release();
     for (auto* f : {&p1, &p2}) {
         REQUIRE(f->wait_for(10s) == std::future_status::ready);
         CHECK(f->get().error == errc::ok);
@@ -818,12 +821,9 @@ TEST_CASE("postgres txn: a transaction waiting out of lock order in a batch give
     const std::string slow_detect = *url + (url->find('?') == std::string::npos ? "?" : "&") +
                                     "options=-c%20deadlock_timeout%3D10s";
     live t(slow_detect, o);
-    REQUIRE(t.put1("blocker", 1).error == errc::ok);
     REQUIRE(t.put1("k2", 1).error == errc::ok);
     REQUIRE(t.put1("p3", 1).error == errc::ok);
-    row_holder hold(*url, t.fx.table("resources"), "blocker");
-    auto stuck = t.st->spawn((*t.st)->put(put_req("blocker", 2)));
-    wait_for_lock_wait(t.fx.admin);
+    held_batch held(t, *url);
     // Another session holds k2, which the transaction needs after the batch statement has
     // locked p3; that session then asks for p3: a wait-for cycle, unless the transaction's
     // wait is bounded (lock_timeout) and the batch gives way and re-runs.
@@ -835,10 +835,7 @@ TEST_CASE("postgres txn: a transaction waiting out of lock order in a batch give
     auto p3 = t.st->spawn((*t.st)->put(put_req("p3", 2)));
     auto tx_req = txn({put("k2", 2, "from txn"), put("k9", 2)});
     auto tx = t.st->spawn((*t.st)->transact(tx_req));
-    std::this_thread::sleep_for(100ms); // both queued behind the stuck batch
-    hold.release();
-    REQUIRE(stuck.wait_for(10s) == std::future_status::ready);
-    CHECK(stuck.get().error == errc::ok);
+    held.release();
     // The batch [p3, txn] now holds p3 and waits for k2; this waits for p3.
     wait_for_lock_wait(t.fx.admin);
     other.exec("SELECT 1 FROM " + t.fx.table("resources") + " WHERE key = 'p3' FOR UPDATE");

@@ -91,8 +91,8 @@ std::string txn_sql(std::string_view schema) {
         // floor and own fence in the snapshot (a fence only rises, so one above the token
         // there refuses for certain). Only then is any fence step proposed.
         "  SELECT NOT EXISTS (SELECT 1 FROM c WHERE c.mismatch OR c.pre_failed)\n"
-        "         AND NOT EXISTS (SELECT 1 FROM l WHERE l.below_floor OR coalesce(l.own_above, "
-        "false))\n"
+        "         AND NOT EXISTS (SELECT 1 FROM l\n"
+        "                         WHERE l.below_floor OR coalesce(l.own_above, false))\n"
         "    AS pass\n"
         "), f AS (\n"
         "  INSERT INTO @S.fences AS fe (lock, token, updated_at)\n"
