@@ -98,10 +98,22 @@ template <class Job, class Result, class Handler> struct with_handler final : Jo
 
 constexpr const char* stopping = "the store is stopping";
 
-write_batcher::txn_answer refused_txn(std::string why) {
+// A transaction's answers from the batcher: decided (`r`), or to be run on its own path.
+write_batcher::txn_answer txn_failure(txn_result r) {
     write_batcher::txn_answer a;
-    a.attempt.result = unavailable<txn_result>(std::move(why));
+    a.attempt.result = std::move(r);
     return a;
+}
+
+write_batcher::txn_answer standalone_txn() {
+    write_batcher::txn_answer a;
+    a.standalone = true;
+    return a;
+}
+
+// Nothing was sent for it.
+write_batcher::txn_answer refused_txn(std::string why) {
+    return txn_failure(unavailable<txn_result>(std::move(why)));
 }
 
 } // namespace
@@ -383,22 +395,6 @@ write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items
     auto o = co_await c->exec_pipeline(steps, timeout);
     co_return map_batch(o, rows, steps.size() - 1);
 }
-
-namespace {
-
-write_batcher::txn_answer standalone_txn() {
-    write_batcher::txn_answer a;
-    a.standalone = true;
-    return a;
-}
-
-write_batcher::txn_answer txn_failure(txn_result r) {
-    write_batcher::txn_answer a;
-    a.attempt.result = std::move(r);
-    return a;
-}
-
-} // namespace
 
 // The transactions' statements run after the batch statement (or after the first of
 // them), so they may wait for a row lock out of the one lock order that keeps batches
