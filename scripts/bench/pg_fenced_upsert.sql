@@ -68,6 +68,7 @@ SELECT c.mismatch, c.pre_failed, c.key_lock,
        greatest((SELECT o.token FROM o), (SELECT h.token FROM h)) AS seen_fence,
        CASE WHEN true AND EXISTS (SELECT 1 FROM f)
                  AND NOT EXISTS (SELECT 1 FROM w)
-            THEN "fencekeeper".fk_raise('FKR01', 'a concurrent write created the key, retry') END AS raced,
+            THEN "fencekeeper".fk_raise('FKR01', 'a concurrent write created the key, retry')
+       END AS raced,
        (SELECT h.prefix FROM h WHERE NOT EXISTS (SELECT 1 FROM o WHERE o.token >= h.token)) AS floor
 FROM c;

@@ -54,7 +54,7 @@ def test_schema_name_needing_quotes_is_created_once_and_reused():
         expect_status(r, 409, "stale PUT through p2")
         eq(r.json()["current_token"], 5, "the fence p1 set")
         eq(fk.psql("SELECT version FROM %s.schema_version ORDER BY version"
-                   % quoted(name)).split(), ["1", "2", "3"], "one schema_version row per version")
+                   % quoted(name)).split(), ["1", "2", "3", "4"], "one schema_version row per version")
         eq(fk.psql("SELECT lock || '=' || token FROM %s.fences" % quoted(name)).split(),
            ["L=5"], "the fence row")
         # A restart migrates an existing schema: nothing is lost, nothing is duplicated.
@@ -62,7 +62,7 @@ def test_schema_name_needing_quotes_is_created_once_and_reused():
         r = p1.get("k")
         expect_status(r, 200, "GET after restart")
         eq(r.body, b"v1", "body after restart")
-        eq(fk.psql("SELECT count(*) FROM %s.schema_version" % quoted(name)).strip(), "3",
+        eq(fk.psql("SELECT count(*) FROM %s.schema_version" % quoted(name)).strip(), "4",
            "still one schema_version row per version")
         p1.stop()
         p2.stop()
@@ -98,14 +98,15 @@ def test_upgrade_from_schema_1_keeps_the_data_and_records_keyed_writes():
         expect_status(p.put("k", b"v1", token=1, lock="L"), 201, "PUT before the downgrade")
         p.stop()
         # What 0.1 leaves behind: version 2 only added the idempotency table and its index,
-        # version 3 the floors table (and a new body for fk_fence_step, replaced again).
-        fk.psql("DROP TABLE %s.idempotency; DROP TABLE %s.floors; "
-                "DELETE FROM %s.schema_version WHERE version >= 2" % (q, q, q))
+        # version 3 the floors table (and a new body for fk_fence_step, replaced again),
+        # version 4 the function fk_key_live.
+        fk.psql("DROP TABLE %s.idempotency; DROP TABLE %s.floors; DROP FUNCTION %s.fk_key_live; "
+                "DELETE FROM %s.schema_version WHERE version >= 2" % (q, q, q, q))
         eq(fk.psql("SELECT version FROM %s.schema_version" % q).split(), ["1"], "schema 1")
         p = store.start()
         p.wait_ready()
         eq(fk.psql("SELECT version FROM %s.schema_version ORDER BY version" % q).split(),
-           ["1", "2", "3"], "migrated to schema 3")
+           ["1", "2", "3", "4"], "migrated to schema 4")
         eq(sorted(fk.psql("SELECT indexname FROM pg_indexes WHERE schemaname = '%s' "
                           "AND tablename = 'idempotency'" % name).split()),
            ["idempotency_committed_at", "idempotency_pkey"], "the record table's indexes")

@@ -55,7 +55,11 @@ namespace fk::store::pg::sql {
 // that row, the final SELECT sees a row fenced but not written and raises FKR01, and the
 // whole batch rolls back: fence advances included, nothing is written. Every write of the
 // batch is then re-run alone (map_batch), where the single-row statement decides the race
-// on the row that now exists. Neighbours are delayed, never failed.
+// on the row that now exists. Neighbours are delayed, never failed. A delete of a key k
+// found no row for meets the same race without an insert to catch it: once its fence
+// step applied, the final SELECT looks again with a new snapshot
+// (fragments.hpp, raise_if_created_meanwhile) and raises FKR01 when the key exists by
+// then, with the same effect.
 //
 // An Idempotency-Key race is handled the same way: e found no record for a keyed row (or
 // an expired one), the row applied, and rec's claim found a record that another
@@ -193,8 +197,12 @@ std::string write_batch_sql(std::string_view schema) {
          "       CASE WHEN f.token IS NOT NULL AND (NOT c.is_delete OR c.ex)\n"
          "                 AND w.n IS NULL AND v.key IS NULL\n"
          "            THEN @S.fk_raise('" +
-         std::string(sqlstate_retry) +
-         "', 'a concurrent write created the key, retry')\n"
+         std::string(sqlstate_retry) + "', '" + std::string(created_raced_message) +
+         "')\n"
+         "            WHEN f.token IS NOT NULL AND c.is_delete AND c.absent\n"
+         "            THEN " +
+         raise_if_created_meanwhile("c.key") +
+         "\n"
          "            WHEN f.token IS NOT NULL AND i.ikey IS NOT NULL AND rec.key IS NULL\n"
          "            THEN @S.fk_raise('" +
          std::string(sqlstate_retry) + "', '" + std::string(idem_raced_message) +

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "backends/postgres/sql/statements.hpp"
+
 namespace fk::store::pg::sql {
 
 // Milliseconds since the epoch of a timestamptz column updated_at, as bigint.
@@ -103,6 +105,20 @@ inline constexpr std::string_view write_rows_ctes =
     "  ORDER BY u.key COLLATE \"C\"\n"
     "  ON CONFLICT (key) DO NOTHING\n"
     "  RETURNING r.key, r.version\n";
+
+inline constexpr std::string_view created_raced_message =
+    "a concurrent write created the key, retry";
+
+// A delete (or a transaction's check that a key is absent) whose key had no row in the
+// statement's snapshot, evaluated once its fence step has applied: raises FKR01 when the
+// key exists by now (docs/postgres.md, "A delete racing a create"). The writer that
+// created it under the same lock held that lock's fence row until it committed, and the
+// fence step waited for it; fk_key_live's new snapshot sees its row. The caller re-runs
+// the statement, whose k then locks that row. `key_expr` is the key.
+inline std::string raise_if_created_meanwhile(std::string_view key_expr) {
+    return "CASE WHEN @S.fk_key_live(" + std::string(key_expr) + ") THEN @S.fk_raise('" +
+           std::string(sqlstate_retry) + "', '" + std::string(created_raced_message) + "') END";
+}
 
 inline constexpr std::string_view idem_raced_message =
     "a concurrent write committed a record under this Idempotency-Key, retry";

@@ -141,6 +141,20 @@ std::string migration_script(std::string_view schema) {
          "    END $fk_fn$;\n"
          "    INSERT INTO @S.schema_version (version) VALUES (3);\n"
          "  END IF;\n"
+         // Version 4: fk_key_live, the create/delete race's fresh look (docs/postgres.md,
+         // "A delete racing a create"). The statements of this binary call it; proxies of
+         // version 3 still running keep working, without it: upgrade every proxy.
+         "  IF v < 4 THEN\n"
+         "    CREATE OR REPLACE FUNCTION @S.fk_key_live(p_key text) RETURNS boolean\n"
+         "      LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fk_fn$\n"
+         // A VOLATILE function's statement takes a new snapshot (READ COMMITTED): it sees
+         // a row committed after the calling statement's snapshot was taken.
+         "    BEGIN\n"
+         "      PERFORM 1 FROM @S.resources r WHERE r.key = p_key AND NOT r.deleted;\n"
+         "      RETURN FOUND;\n"
+         "    END $fk_fn$;\n"
+         "    INSERT INTO @S.schema_version (version) VALUES (4);\n"
+         "  END IF;\n"
          "END\n"
          "$fk_migrate$;\n";
     return with_schema(s, schema);

@@ -30,7 +30,9 @@ std::string_view if_match_param(int n) {
 // The only case k cannot lock is a key that does not exist yet: when a concurrent
 // transaction creates it first, w's ON CONFLICT WHERE re-checks lock and preconditions
 // on the new row and, if they now fail, the statement raises FKR01 so the fence advance
-// is rolled back with everything else and the caller re-runs the statement.
+// is rolled back with everything else and the caller re-runs the statement. A delete has
+// no insert to meet the new row: once its fence step applied it looks again with a new
+// snapshot (raise_if_created_meanwhile) and raises FKR01 when the key exists by then.
 std::string write_sql(std::string_view schema, const write_params& p, bool is_delete) {
     std::string s;
     s += "WITH k AS MATERIALIZED (\n"
@@ -128,8 +130,12 @@ std::string write_sql(std::string_view schema, const write_params& p, bool is_de
          " AND EXISTS (SELECT 1 FROM f)\n"
          "                 AND NOT EXISTS (SELECT 1 FROM w)\n"
          "            THEN @S.fk_raise('" +
-         std::string(sqlstate_retry) +
-         "', 'a concurrent write created the key, retry') END AS raced,\n"
+         std::string(sqlstate_retry) + "', '" + std::string(created_raced_message) + "')\n";
+    if (is_delete)
+        s += "            WHEN NOT EXISTS (SELECT 1 FROM k) AND EXISTS (SELECT 1 FROM f)\n"
+             "            THEN " +
+             raise_if_created_meanwhile(p.key) + "\n";
+    s += "       END AS raced,\n"
          "       " +
          std::string(floor_named) +
          " AS floor\n"

@@ -17,7 +17,7 @@
 namespace fk::store::pg::sql {
 
 // The schema version this binary creates and understands (table schema_version).
-inline constexpr int schema_version = 3;
+inline constexpr int schema_version = 4;
 
 // SQLSTATEs raised by our own functions (class "FK" is unused by Postgres).
 // FKR01: a concurrent create raced us, or a concurrent write committed a record under the

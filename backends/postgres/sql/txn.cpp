@@ -156,8 +156,16 @@ std::string txn_sql(std::string_view schema) {
          "       CASE WHEN ok.all_ok AND (d.kind = 'put' OR (d.kind = 'delete' AND d.ex))\n"
          "                 AND w.n IS NULL AND v.key IS NULL\n"
          "            THEN @S.fk_raise('" +
-         std::string(sqlstate_retry) +
-         "', 'a concurrent write created the key, retry')\n"
+         std::string(sqlstate_retry) + "', '" + std::string(created_raced_message) +
+         "')\n"
+         // A delete, or a check that the key is absent, decided on a key without a row in
+         // the snapshot: looked at again once the fence steps applied (sql/batch.cpp).
+         "            WHEN ok.all_ok AND d.absent AND (d.kind = 'delete'\n"
+         "                 OR (d.kind = 'check_version'\n"
+         "                     AND (SELECT j.want FROM i j WHERE j.n = d.n) IS NULL))\n"
+         "            THEN " +
+         raise_if_created_meanwhile("d.key") +
+         "\n"
          "            WHEN d.raced THEN @S.fk_raise('" +
          std::string(sqlstate_retry) +
          "', 'a fence committed meanwhile refused the transaction, retry') END\n"

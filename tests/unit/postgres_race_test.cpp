@@ -1,0 +1,178 @@
+// A delete racing a key's first creation (issue 44; docs/postgres.md, "A delete racing a
+// create"), made deterministic against a real Postgres (postgres_live.hpp): a plain
+// session plays the older holder's create, holding its transaction open after writing
+// the fence row and the new key's row, while the store's delete with a newer token waits
+// behind it. When the create commits, the delete must remove the key it could not see in
+// its snapshot: the newer holder's acknowledged delete must not leave the older holder's
+// data standing. Once for each statement that can meet the race: the single-row delete,
+// the batch (a keyed delete), and a transaction's delete op; and for a transaction's
+// check that the key is absent.
+#include "backends/postgres/sql.hpp"
+#include "postgres_live.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using namespace fk::store;
+using namespace fk_test_pg;
+using fk::errc;
+namespace sql = fk::store::pg::sql;
+
+namespace {
+
+void wait_for_lock_wait(session& admin) {
+    for (int i = 0; i < 500; ++i) {
+        if (admin.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") !=
+            "0")
+            return;
+        std::this_thread::sleep_for(10ms);
+    }
+    FAIL("the store's statement never waited for the creating transaction");
+}
+
+struct race {
+    fixture fx;
+    pg_store st;
+    session creator;
+    explicit race(const std::string& url)
+        : fx(url, "race"), st(url, fx.schema, options{}), creator(url) {}
+
+    // The older holder's create of `key` under its own lock, token 1, left uncommitted:
+    // the fence row is locked, the key's row inserted, as the store's own statements do.
+    void begin_create(const std::string& key) {
+        creator.exec("BEGIN");
+        creator.exec("INSERT INTO " + fx.table("fences") + " (lock, token) VALUES ('" + key +
+                     "', 1) ON CONFLICT (lock) DO UPDATE SET token = 1");
+        creator.exec("INSERT INTO " + fx.table("resources") +
+                     " (key, lock, body, content_type, version, token) VALUES ('" + key + "', '" +
+                     key + "', 'older', 'text/plain', 1, 1)");
+    }
+
+    std::string row(const std::string& key) {
+        return fx.admin.rows("SELECT deleted, token, version FROM " + fx.table("resources") +
+                             " WHERE key = '" + key + "'");
+    }
+};
+
+delete_request del_req(std::string key, token_t token) {
+    delete_request r;
+    r.lock = key;
+    r.key = std::move(key);
+    r.token = token;
+    return r;
+}
+
+txn_op txn_del(std::string key, token_t token) {
+    txn_op o;
+    o.op = txn_op::kind::remove;
+    o.lock = key;
+    o.key = std::move(key);
+    o.token = token;
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("a delete whose key had no row in its snapshot looks again once its fence "
+          "step applied") {
+    const auto fn = sql::migration_script("fk");
+    CHECK(fn.find("IF v < 4 THEN") != std::string::npos);
+    CHECK(fn.find("CREATE OR REPLACE FUNCTION \"fk\".fk_key_live(p_key text)") !=
+          std::string::npos);
+    CHECK(fn.find("LANGUAGE plpgsql VOLATILE", fn.find("fk_key_live")) != std::string::npos);
+    for (const auto& s : {sql::delete_sql("fk"), sql::write_batch_sql("fk"), sql::txn_sql("fk")}) {
+        const auto look = s.find("\"fk\".fk_key_live(");
+        INFO(s);
+        REQUIRE(look != std::string::npos);
+        // In the final SELECT, after the CTEs: it runs once the fence step returned.
+        CHECK(look > s.rfind("RETURNING"));
+    }
+    CHECK(sql::put_sql("fk").find("fk_key_live") == std::string::npos);
+}
+
+TEST_CASE("postgres race: a single delete removes the key a concurrent create committed") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    race t(*url);
+    t.begin_create("k");
+    auto d = t.st.spawn(t.st->remove(del_req("k", 2)));
+    wait_for_lock_wait(t.fx.admin);
+    t.creator.exec("COMMIT");
+    REQUIRE(d.wait_for(20s) == std::future_status::ready);
+    const auto r = d.get();
+    INFO(r.message);
+    CHECK(r.error == errc::ok);
+    CHECK(t.st.run(t.st->get("k", false)).error == errc::not_found);
+    CHECK(t.row("k") == "t|2|1\n");
+    CHECK(t.fx.admin.exec("SELECT token FROM " + t.fx.table("fences") + " WHERE lock = 'k'") ==
+          "2");
+}
+
+TEST_CASE("postgres race: a keyed delete (the batch statement) removes the key a "
+          "concurrent create committed") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    race t(*url);
+    t.begin_create("k");
+    auto req = del_req("k", 2);
+    req.idem = idempotency{"", "race-key-1", std::string(32, 'f')};
+    auto d = t.st.spawn(t.st->remove(req));
+    wait_for_lock_wait(t.fx.admin);
+    t.creator.exec("COMMIT");
+    REQUIRE(d.wait_for(20s) == std::future_status::ready);
+    const auto r = d.get();
+    INFO(r.message);
+    CHECK(r.error == errc::ok);
+    CHECK(t.row("k") == "t|2|1\n");
+    // Its record says what happened: a delete of an existing key (created false).
+    CHECK(t.fx.admin.rows("SELECT created, token FROM " + t.fx.table("idempotency")) == "f|2\n");
+}
+
+TEST_CASE("postgres race: a transaction's delete removes the key a concurrent create "
+          "committed") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    race t(*url);
+    t.begin_create("k");
+    auto d = t.st.spawn(t.st->transact(txn_request{{txn_del("k", 2)}, std::nullopt}));
+    wait_for_lock_wait(t.fx.admin);
+    t.creator.exec("COMMIT");
+    REQUIRE(d.wait_for(20s) == std::future_status::ready);
+    const auto r = d.get();
+    INFO(r.message);
+    REQUIRE(r.error == errc::ok);
+    // The delete saw the key: its result has the version it deleted.
+    CHECK(r.results_json == R"([{"op":"delete","key":"k","lock":"k","token":2,"version":1}])");
+    CHECK(t.row("k") == "t|2|1\n");
+}
+
+TEST_CASE("postgres race: a transaction's check that a key is absent sees a create "
+          "committed while its fence step waited") {
+    auto url = pg_url();
+    if (!url)
+        return;
+    race t(*url);
+    t.begin_create("k");
+    txn_op absent;
+    absent.op = txn_op::kind::check_version;
+    absent.key = "k";
+    txn_op fence;
+    fence.op = txn_op::kind::fence;
+    fence.lock = "k";
+    fence.token = 2;
+    auto d = t.st.spawn(t.st->transact(txn_request{{fence, absent}, std::nullopt}));
+    wait_for_lock_wait(t.fx.admin);
+    t.creator.exec("COMMIT");
+    REQUIRE(d.wait_for(20s) == std::future_status::ready);
+    const auto r = d.get();
+    INFO(r.message);
+    CHECK(r.error == errc::precondition_failed);
+    CHECK(r.op_index == 1);
+    // Refused whole: the fence op did not apply either.
+    CHECK(t.fx.admin.exec("SELECT token FROM " + t.fx.table("fences") + " WHERE lock = 'k'") ==
+          "1");
+}
