@@ -25,6 +25,12 @@ void fence_cache::observe_fence(const std::string& lock, fence::token_t token) {
     });
 }
 
+void fence_cache::forget_fence(const std::string& lock) {
+    if (!enabled_ || too_long(lock.size()))
+        return;
+    fences_.with(lock, [&](auto& t, std::uint32_t h) { t.erase(lock, h); });
+}
+
 std::optional<fence::token_t> fence_cache::fence(const std::string& lock) {
     if (!enabled_)
         return std::nullopt;

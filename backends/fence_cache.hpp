@@ -371,6 +371,8 @@ public:
 
     // A fence the database reported (accepted write, stale rejection, read).
     void observe_fence(const std::string& lock, fence::token_t token);
+    // Forgets `lock`'s fence: a write of unknown outcome may have moved it.
+    void forget_fence(const std::string& lock);
     // The highest fence seen for `lock`, when cached.
     std::optional<fence::token_t> fence(const std::string& lock);
     // The fence that makes `token` stale for `lock`, when the cache proves it.

@@ -43,6 +43,16 @@ public:
         return std::nullopt;
     }
 
+    // The token of the highest learned floor over `lock`, if any.
+    std::optional<fence::token_t> highest(std::string_view lock) const {
+        if (!any_.load(std::memory_order_acquire))
+            return std::nullopt;
+        std::shared_lock lock_guard(mutex_);
+        if (auto hit = floors_.highest_for(lock))
+            return hit->token;
+        return std::nullopt;
+    }
+
 private:
     mutable std::shared_mutex mutex_;
     fence::floor_set floors_;

@@ -799,6 +799,10 @@ net::awaitable<fence_result> file_store::read_fence(std::string lock) {
         auto idx = lease_reader();
         fence_row f;
         fence::floor_set over;
+        // As a GET does: a fence the committer has just committed is read only once the
+        // fence cache knows it (commit.cpp, learn_committed), so a rejection the cache
+        // answers later never reports a lower fence than this read.
+        std::shared_lock state(state_mutex_);
         // The effective fence of one snapshot of the index (a batch may commit a raise and
         // writes under it at once). has_floors_ is set before the COMMIT of the first
         // raise: still unset after the fence was read, it proves that snapshot has no floor.
@@ -878,7 +882,9 @@ net::awaitable<list_result> file_store::list_fences(list_request req) {
         std::vector<std::pair<std::string, fence_row>> rows;
         // One row more than asked: whether there is a next page.
         const std::string after = req.after && *req.after >= req.prefix ? *req.after : "";
-        if (lease_reader()->list_fences(req.prefix, after, req.limit + 1, rows) != index_done) {
+        auto idx = lease_reader();
+        std::shared_lock state(state_mutex_); // as read_fence
+        if (idx->list_fences(req.prefix, after, req.limit + 1, rows) != index_done) {
             out.error = errc::unavailable;
             out.message = "reading the index";
             return out;

@@ -19,9 +19,12 @@
 #include "backends/postgres/sql.hpp"
 #include "backends/postgres/transactions.hpp"
 #include "backends/postgres/write_batcher.hpp"
+#include "backends/writes_in_flight.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
 
 #include <libpq-fe.h>
 
@@ -60,6 +63,7 @@ public:
     net::awaitable<write_result> put(put_request req) override {
         if (auto s = co_await refused_from_cache(req.key, req.lock, req.token, req.idem, true))
             co_return std::move(*s);
+        const auto writing = in_flight_.begin(req.lock);
         const pg::sql::batch_item item{req.key,  req.lock,         req.token, false,
                                        req.body, req.content_type, req.pre,   idem_of(req.idem)};
         write_result r;
@@ -78,6 +82,7 @@ public:
     net::awaitable<write_result> remove(delete_request req) override {
         if (auto s = co_await refused_from_cache(req.key, req.lock, req.token, req.idem, false))
             co_return std::move(*s);
+        const auto writing = in_flight_.begin(req.lock);
         const pg::sql::batch_item item{req.key, req.lock, req.token, true,
                                        {},      {},       req.pre,   idem_of(req.idem)};
         write_result r;
@@ -108,12 +113,13 @@ public:
         const token_t token = req.token;
         // As for resource writes (refused_from_cache): advance_idem_sql looks for the
         // record itself; a separate look-up only when the cache would refuse.
-        if (auto bound = cache_.stale_bound(lock, token)) {
+        if (auto bound = settled_bound(lock, token)) {
             if (req.idem)
                 if (auto answer = co_await answer_from_record(*req.idem, false))
                     co_return std::move(*answer);
             co_return stale<write_result>(lock, *bound);
         }
+        const auto writing = in_flight_.begin(lock);
         const auto params = req.idem
                                 ? pg::sql::advance_idem_params(lock, token, *req.idem, retention_)
                                 : pg::sql::advance_params(lock, token);
@@ -121,10 +127,7 @@ public:
                                 params, token, false, true);
         if (r.replayed)
             co_return r;
-        if (r.error == errc::ok)
-            cache_.observe_fence(lock, r.token);
-        else if (r.error == errc::stale_token)
-            observe_effective(lock, r.current_token, r.floor);
+        observe_fence_of(lock, r);
         co_return r;
     }
 
@@ -143,6 +146,7 @@ public:
     // database reported, and a write the new floor refuses goes to the database, whose
     // answer (the effective fence) the cache then keeps.
     net::awaitable<write_result> raise_floor(floor_request req) override {
+        const auto writing = in_flight_.begin_every_lock();
         for (int attempt = 1;; ++attempt) {
             auto a = co_await pool_->acquire();
             if (!a.conn)
@@ -201,6 +205,7 @@ public:
                 co_return r;
             }
         }
+        const auto writing = writes_of(req.ops);
         if (batcher_ && !has_operations && !req.idem) {
             auto b = co_await batcher_->submit_txn(req);
             if (!b.standalone) {
@@ -257,8 +262,9 @@ public:
                                                     "no operation '" + req.name + "'");
         if (req.idem)
             co_return co_await run_keyed_operation(*op, std::move(req));
-        if (auto bound = cache_.stale_bound(req.lock, req.token))
+        if (auto bound = settled_bound(req.lock, req.token))
             co_return stale<operation_result>(req.lock, *bound);
+        const auto writing = in_flight_.begin(req.lock);
         const std::string lock = req.lock;
         const token_t token = req.token;
         auto a = co_await pool_->acquire();
@@ -283,6 +289,56 @@ public:
     }
 
 private:
+    // The fence that makes `token` stale for `lock`, from the cache, when it is the
+    // effective fence at this moment as far as this process can tell (writes_in_flight.hpp):
+    // no write of the lock (or floor raise) was in flight while the cache was read. The
+    // effective fence is the higher of the lock's own and the highest floor over it this
+    // process has learned.
+    std::optional<token_t> settled_bound(const std::string& lock, token_t token) {
+        const auto quiet = in_flight_.quiet(lock);
+        if (!quiet)
+            return std::nullopt;
+        auto bound = cache_.stale_bound(lock, token);
+        if (!bound || !in_flight_.still(lock, *quiet))
+            return std::nullopt;
+        if (auto floor = floor_names_.highest(lock); floor && *floor > *bound)
+            bound = floor;
+        return bound;
+    }
+
+    // The locks whose fences a transaction's ops may move, each in flight once.
+    std::vector<writes_in_flight::guard> writes_of(const std::vector<txn_op>& ops) {
+        std::vector<writes_in_flight::guard> out;
+        std::vector<std::string_view> seen;
+        for (const auto& op : ops) {
+            if (op.op == txn_op::kind::check || op.op == txn_op::kind::check_version)
+                continue;
+            if (std::find(seen.begin(), seen.end(), op.lock) != seen.end())
+                continue;
+            seen.push_back(op.lock);
+            out.push_back(in_flight_.begin(op.lock));
+        }
+        return out;
+    }
+
+    // A write whose outcome this process does not know may have moved the fence: the
+    // cache forgets it, and the database answers the lock's next rejection.
+    void forget_if_unknown(const std::string& lock, errc e) {
+        if (e == errc::outcome_unknown || e == errc::internal)
+            cache_.forget_fence(lock);
+    }
+
+    // A fence advance's answer.
+    void observe_fence_of(const std::string& lock, const write_result& r) {
+        if (r.replayed)
+            return;
+        if (r.error == errc::ok)
+            cache_.observe_fence(lock, r.token);
+        else if (r.error == errc::stale_token)
+            observe_effective(lock, r.current_token, r.floor);
+        forget_if_unknown(lock, r.error);
+    }
+
     // A rejection from the fence cache. The proxy words the reply
     // (proxy/error_response.cpp): the store reports the fence, and the floor that set it
     // when this proxy has learned one with exactly that token (floor_names.hpp).
@@ -307,7 +363,7 @@ private:
     // the database must decide, since lock_mismatch comes before stale_token.
     std::optional<write_result> cached_stale(const std::string& key, const std::string& lock,
                                              token_t token) {
-        if (auto bound = cache_.stale_bound(lock, token))
+        if (auto bound = settled_bound(lock, token))
             if (cache_.key_known_under(key, lock))
                 return stale<write_result>(lock, *bound);
         return std::nullopt;
@@ -401,8 +457,9 @@ private:
                 co_return pg::failure<operation_result>(l.error, std::move(l.message));
             if (l.record)
                 co_return pg::replay_operation(*l.record, req.idem->fingerprint);
-            if (auto bound = cache_.stale_bound(req.lock, req.token))
+            if (auto bound = settled_bound(req.lock, req.token))
                 co_return stale<operation_result>(req.lock, *bound);
+            const auto writing = in_flight_.begin(req.lock);
             auto a = co_await pool_->acquire();
             if (!a.conn)
                 co_return unavailable<operation_result>("database unavailable: " + a.why);
@@ -463,6 +520,12 @@ private:
             }
             return;
         }
+        if (r.error == errc::outcome_unknown || r.error == errc::internal) {
+            for (const auto& op : ops)
+                if (!op.lock.empty())
+                    cache_.forget_fence(op.lock);
+            return;
+        }
         if (!r.op_index || *r.op_index >= ops.size())
             return;
         const auto& op = ops[*r.op_index];
@@ -477,6 +540,7 @@ private:
             cache_.observe_fence(lock, token);
         else if (r.error == errc::stale_token)
             observe_effective(lock, r.current_token, r.floor);
+        forget_if_unknown(lock, r.error);
     }
 
     void observe(const std::string& key, const std::string& lock, const write_result& r,
@@ -499,12 +563,14 @@ private:
             cache_.observe_key(key, r.lock);
             break;
         default:
+            forget_if_unknown(lock, r.error);
             break;
         }
     }
 
     fence_cache cache_;
-    floor_names floor_names_; // names the floor in the cache's rejections
+    floor_names floor_names_;    // names the floor in the cache's rejections
+    writes_in_flight in_flight_; // when the cache's fence is the fence (settled_bound)
     std::shared_ptr<pg::operations> ops_;
     std::shared_ptr<pg::round_trip> round_trip_;
     std::shared_ptr<pg::pool> pool_;

@@ -241,6 +241,21 @@ int file_store::trim_redo(bool standalone) {
     return rc;
 }
 
+void file_store::learn_committed(const batch_state& b, const std::vector<pending*>& leaves) {
+    for (const auto& [lock_name, token] : b.raised)
+        cache_.observe_fence(lock_name, token);
+    for (const pending* p : leaves) {
+        if (p->accepted && p->op == pending::kind::put)
+            cache_.observe_key(p->key, p->lock);
+        else if (p->accepted && p->op == pending::kind::remove)
+            cache_.forget_key(p->key);
+        else if (!p->accepted && p->result.error == errc::stale_token && !p->result.floor &&
+                 p->op != pending::kind::floor)
+            // The own fence (a floor's token is not one: the cache knows no floors).
+            cache_.observe_fence(p->lock, p->result.current_token);
+    }
+}
+
 void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     auto reply_all = [&] {
         for (auto& p : batch)
@@ -466,6 +481,11 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
                 break;
             }
         }
+        // The cache learns only committed fences, and before any reader can see them
+        // (reads of keys and fences hold state_mutex_ shared): a rejection it answers
+        // reports the fence that holds at that moment (docs/api.md, current_token).
+        if (err == 0)
+            learn_committed(b, leaves);
     }
     if (err != 0) {
         fail("rename of a committed body", err);
@@ -475,20 +495,6 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         return;
     }
     FK_FAILPOINT("after_rename");
-
-    // The cache learns only committed fences.
-    for (auto& [lock_name, token] : b.raised)
-        cache_.observe_fence(lock_name, token);
-    for (pending* p : leaves) {
-        if (p->accepted && p->op == pending::kind::put)
-            cache_.observe_key(p->key, p->lock);
-        else if (p->accepted && p->op == pending::kind::remove)
-            cache_.forget_key(p->key);
-        else if (!p->accepted && p->result.error == errc::stale_token && !p->result.floor &&
-                 p->op != pending::kind::floor)
-            // The own fence (a floor's token is not one: the cache knows no floors).
-            cache_.observe_fence(p->lock, p->result.current_token);
-    }
 
     // 5. Make the renames and unlinks durable. With syncfs batches this is the flusher's
     //    syncfs, after which the batch's redo rows go; until then recovery redoes a rename

@@ -254,6 +254,9 @@ private:
     void enqueue(std::unique_ptr<pending> p, bool staged = false);
     void committer_main();
     void commit_batch(std::deque<std::unique_ptr<pending>>& batch);
+    // What the fence cache learns from a committed batch: its fences and key bindings.
+    // REQUIRES: state_mutex_ held exclusively, after the COMMIT.
+    void learn_committed(const batch_state& b, const std::vector<pending*>& leaves);
     // Decides one item (not a transaction) in the batch's transaction: the fence rule
     // against the effective fence, then (accepted) its rows, its fence advance and its
     // Idempotency-Key record. Sets p.accepted, or p.result's error. Returns the step whose
