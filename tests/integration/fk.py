@@ -16,7 +16,8 @@ What is here:
     (openapi_validate.py); a test with an answer the spec does not document fails.
 
 Environment:
-  FENCEKEEPER_BIN         the binary (default: <repo>/build/fencekeeper)
+  FENCEKEEPER_BIN         the binary (default: <repo>/build/fencekeeper); a relative path
+                          is taken from the directory the test was started in
   FK_TEST_PG_URL          libpq URI of a Postgres the tests may create schemas in
   FK_TEST_REDIS_PORT      port of a Redis on 127.0.0.1
   FK_TEST_ETCD_ENDPOINTS  etcd client URL(s), comma separated
@@ -84,8 +85,16 @@ def eq(actual, expected, what=""):
 
 
 def binary():
+    """FENCEKEEPER_BIN as an absolute path: the proxies run in temp directories, and a
+    path relative to where the test was started (build/fencekeeper) would not resolve
+    there."""
     b = os.environ.get("FENCEKEEPER_BIN") or os.path.join(REPO, "build", "fencekeeper")
-    return b
+    return os.path.abspath(b)
+
+
+# Scripts the tests start (demo.sh, zombie-check.sh, the recipes) may run elsewhere too.
+if os.environ.get("FENCEKEEPER_BIN"):
+    os.environ["FENCEKEEPER_BIN"] = binary()
 
 
 def require_binary():

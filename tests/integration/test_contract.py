@@ -201,6 +201,30 @@ def test_stale_token_rejected_and_logged(store):
     check(all(not isinstance(v, str) or "zombie" not in v for v in vals(line)), "log holds no body")
 
 
+def test_readme_run_line_as_written():
+    """The line that README's "Tests" and this file's docstring give to run one integration
+    test by hand works as written: from the repository root, FENCEKEEPER_BIN relative to
+    it. (The proxies run in temp directories; the harness resolves the path.)"""
+    readme = open(os.path.join(fk.REPO, "README.md")).read()
+    shown = re.findall(r"^(FENCEKEEPER_BIN=\S+ python3 tests/integration/test_contract\.py .*)$",
+                       readme, re.M)
+    shown += [l.strip() for l in __doc__.splitlines() if "FENCEKEEPER_BIN=" in l]
+    eq(len(shown), 2, "the README's line and the docstring's")
+    rel = os.path.relpath(fk.binary(), fk.REPO)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FENCEKEEPER_BIN", "FK_TEST_FILTER", "FK_TEST_PG_URL", "FK_REQUIRE_SERVICES")}
+    for line in shown:
+        check(line.startswith("FENCEKEEPER_BIN=build/fencekeeper "), "a relative path: %r" % line)
+        # Only the filter is filled in (one quick test), and the binary's path when the
+        # binary under test is another build's.
+        cmd = re.sub(r"\[\w+\]$", "test_missing_token", line).replace("build/fencekeeper", rel, 1)
+        got = fk.subprocess.run(["bash", "-c", cmd], cwd=fk.REPO, env=env, capture_output=True,
+                                text=True, timeout=120)
+        eq(got.returncode, 0, "%s: exit status; output:\n%s%s" % (cmd, got.stdout, got.stderr))
+        check(re.search(r"^1 passed, 0 failed", got.stdout, re.M),
+              "%s ran one test: %s" % (cmd, got.stdout))
+
+
 def test_shared_lock_guards_many_keys(store):
     p = start(store)
     expect_status(p.put("job/a", b"a", token=5, lock="job"), 201)
