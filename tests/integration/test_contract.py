@@ -201,6 +201,56 @@ def test_stale_token_rejected_and_logged(store):
     check(all(not isinstance(v, str) or "zombie" not in v for v in vals(line)), "log holds no body")
 
 
+# What changes from run to run in a shown answer: the generated request id, the times.
+README_MASKS = (r"(?<=X-Request-Id: )[0-9a-f]{16}", r'(?<="updated_at":")[^"]+')
+# ... and in a shown log line: the time, the client's port, the request id.
+LOG_VARIES = ("ts", "peer", "request_id")
+
+
+def readme_stale_log_line(p):
+    """The README's stale-write story run as written on a fresh file store; returns the
+    log line the README shows and the one the binary wrote for the 409."""
+    curl = fk.require_tool("curl")
+    blocks = fk.doc_block("README.md", "stale-example")
+    eq([lang for lang, _ in blocks], ["console"] * 4 + ["json"], "the README story's blocks")
+    ran = []
+    for _, text in blocks[:4]:
+        ran += fk.run_console_block(p, text, curl, exact=True, masks=README_MASKS)
+    stale = [out for _, out in ran if out.startswith("HTTP/1.1 409")]
+    eq(len(stale), 1, "one 409 in the story")
+    request_id = re.search(r"X-Request-Id: (\S+)", stale[0]).group(1)
+    shown = json.loads(blocks[4][1])
+    got = p.wait_log(lambda o: o.get("request_id") == request_id)
+    return shown, got
+
+
+def test_readme_stale_write_story():
+    """README's "A stale write, rejected", run as written: every answer byte for byte (the
+    request ids and times aside), and the log line it shows is the binary's: the same
+    fields in the same order, the same values but for the time, the port and the id."""
+    p = start(fk.file_store())
+    shown, got = readme_stale_log_line(p)
+    eq(list(shown), list(got), "the README's log line: its fields, in order")
+    eq({k: v for k, v in shown.items() if k not in LOG_VARIES},
+       {k: v for k, v in got.items() if k not in LOG_VARIES}, "the README's log line: values")
+    # The id it shows is the one of the 409 it shows.
+    readme = open(os.path.join(fk.REPO, "README.md")).read()
+    check("X-Request-Id: %s\n" % shown["request_id"] in readme, "the log line's request_id "
+          "is the shown 409's X-Request-Id")
+
+    # docs/configuration.md's example line is the same kind of line (no floor, no client):
+    # the same fields in the same order, with numbers that add up.
+    text = open(os.path.join(fk.REPO, "docs", "configuration.md")).read()
+    lines = [json.loads(l) for l in re.findall(r"^(\{.*\})$", text, re.M)
+             if '"rejected stale write"' in l]
+    eq(len(lines), 1, "configuration.md's stale-rejection line")
+    ex = lines[0]
+    eq(list(ex), list(got), "configuration.md's log line: its fields, in order")
+    eq((ex["current_token"], ex["gap"]), (ex["fence"], ex["fence"] - ex["token"]),
+       "configuration.md's log line: fence, current_token and gap agree")
+    p.stop()
+
+
 def test_readme_run_line_as_written():
     """The line that README's "Tests" and this file's docstring give to run one integration
     test by hand works as written: from the repository root, FENCEKEEPER_BIN relative to

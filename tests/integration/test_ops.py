@@ -253,6 +253,31 @@ def test_metrics_exact(store):
     check(not [o for o in p.log_lines() if o.get("level") == "debug"], "debug lines at info")
 
 
+
+def test_stale_log_line_fields_as_documented():
+    """docs/operations.md's "Logs" table names every field of a real `rejected stale write`
+    line, one with all of them set: a scoped client's write refused by a fence floor."""
+    d = fk.tmpdir("stale-log")
+    token_file = os.path.join(d, "ops.token")
+    write_token(token_file, "ops-t0ken")
+    p = start(fk.file_store(), config={"auth": {"clients": [
+        {"name": "ops", "token_file": token_file, "write_prefixes": [""], "admin": True}]}})
+    auth = {"Authorization": "Bearer ops-t0ken"}
+    r = p.request("PUT", "/v1/floors?prefix=fl%2F", headers=dict(auth, **{"Fencing-Token": "50"}))
+    expect_status(r, 200, "PUT floor")
+    r = p.put("fl/x", b"zombie", token=10, headers=dict(auth, **{"X-Request-Id": "floor-stale-1"}))
+    expect_error(r, 409, "stale_token", "a write below the floor")
+    line = p.wait_log(lambda o: o.get("request_id") == "floor-stale-1")
+    eq((line.get("msg"), line.get("client"), line.get("floor"), line.get("fence")),
+       ("rejected stale write", "ops", "fl/", 50), "the line of a floor's refusal")
+    text = open(os.path.join(fk.REPO, "docs", "operations.md")).read()
+    row = re.search(r"^\| `rejected stale write` \| warn \| (.*?) \|", text, re.M)
+    check(row is not None, "operations.md has a row for rejected stale write")
+    documented = re.findall(r"`(\w+)`", row.group(1))
+    eq(sorted(documented), sorted(k for k in line if k not in ("ts", "level", "msg")),
+       "the fields operations.md names for rejected stale write")
+    p.stop()
+
 def test_metrics_head_and_methods(store):
     p = start(store)
     h = p.request("HEAD", "/metrics")
