@@ -917,6 +917,29 @@ def test_check_config():
     check("WARNING" in err and "0.0.0.0" in err, "warning on stderr: %r" % err)
 
 
+
+def test_bad_flag_message_as_documented():
+    """docs/configuration.md's two example messages for a bad flag and a bad key, exactly as
+    the binary prints them: the message, then the --help hint it says follows."""
+    text = open(os.path.join(fk.REPO, "docs", "configuration.md")).read()
+    intro = text[text.index("fencekeeper is strict about its configuration"):
+                 text.index("## Command-line flags")]
+    intro = " ".join(intro.split())
+    shown = re.findall(r"\(`(unknown key [^`]*)`, `(--threads: [^`]*)`\)", intro)
+    eq(len(shown), 1, "configuration.md's two example messages")
+    key_msg, flag_msg = shown[0]
+    hint = re.search(r"`(Try [^`]*)`", intro)
+    check(hint is not None, "configuration.md shows the --help hint")
+    d = fk.tmpdir("bad-flag")
+    bad = os.path.join(d, "bad.json")
+    with open(bad, "w") as f:
+        json.dump({"limits": {"max_bodyy": 1}}, f)
+    for args, msg in ((["--threads", "abc"], flag_msg),
+                      (["--config", bad], "config file '%s': %s" % (bad, key_msg))):
+        rc, out, err = fk.run_binary(args)
+        eq((rc, out, err), (2, "", "fencekeeper: %s\n%s\n" % (msg, hint.group(1))),
+           "fencekeeper %s" % " ".join(args))
+
 def test_version():
     rc, out, err = fk.run_binary(["--version"])
     eq(rc, 0, "--version")
