@@ -1259,5 +1259,45 @@ def test_operation_below_a_fence_floor():
         f = c.fence("ops/never").json()
         eq((f.get("token"), f.get("floor")), (50, None), "the operation set the lock's own fence")
 
+
+def test_credit_example_same_in_readme_and_api():
+    """The README's `credit` call and docs/api.md's are the same text, byte for byte."""
+    readme = fk.doc_block("README.md", "credit-example")
+    api = fk.doc_block("docs/api.md", "credit-example")
+    eq([lang for lang, _ in readme], ["json", "console"], "the README's credit blocks")
+    eq([lang for lang, _ in api], ["console"], "docs/api.md's credit block")
+    eq(readme[1][1], api[0][1], "README's credit example against docs/api.md's")
+
+
+def test_pg_credit_example_from_the_docs():
+    """The `credit` example of the README and docs/api.md, run as written on Postgres: the
+    README's config (its store is the test's), an account 7 holding 1000, and each
+    console block's output byte for byte."""
+    url = fk.require_service("postgres")
+    curl = fk.require_tool("curl")
+    import urllib.parse
+    readme = fk.doc_block("README.md", "credit-example")
+    api = fk.doc_block("docs/api.md", "credit-example")
+    config = json.loads(readme[0][1])
+    config.pop("store")   # flags override the file: the store is the test's
+    db = "fk_credit_" + fk.rand_name(8)
+    fk.psql("CREATE DATABASE %s" % db)
+    try:
+        db_url = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(path="/" + db))
+        fk.psql("CREATE TABLE accounts (id integer PRIMARY KEY, balance integer NOT NULL)",
+                url=db_url)
+        store = fk.Store("postgres", db_url, config={"postgres": {"schema": "fencekeeper"}})
+        p = start(store, config=config)
+        try:
+            for where, text in (("README", readme[1][1]), ("docs/api.md", api[0][1])):
+                fk.psql("DELETE FROM accounts; INSERT INTO accounts VALUES (7, 1000)", url=db_url)
+                fk.run_console_block(p, text, curl, exact=True)
+                eq(fk.psql("SELECT balance FROM accounts WHERE id = 7", url=db_url).strip(),
+                   "1100", "the balance after %s's example" % where)
+        finally:
+            p.stop()
+    finally:
+        fk.psql("DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+
 if __name__ == "__main__":
     fk.main(globals())
