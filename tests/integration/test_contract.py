@@ -1245,6 +1245,54 @@ def test_idle_keepalive_timeout(store):
         check(time.monotonic() - t0 < 4.0, "idle connection closed too late")
 
 
+
+def test_expect_continue_refused_from_the_head(store):
+    """docs/api.md#http: a request that its head alone refuses (token, names, route,
+    method, the route's own headers) gets its final answer instead of `100 Continue`, so
+    its body is never uploaded, and the connection closes (the body was not read).
+    An acceptable head gets 100, then its answer."""
+    p = start(store)
+    ops_refusal = (404, "not_found") if store.kind == "file" else (400, "invalid_request")
+    cases = [
+        ("PUT", "/v1/resources/e", [], (428, "missing_token")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "-1")], (400, "invalid_token")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "1"), ("Fencing-Lock", "")],
+         (400, "invalid_name")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "1"), ("If-None-Match", '"3"')],
+         (400, "invalid_request")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "1"), ("Idempotency-Key", "a b")],
+         (400, "invalid_request")),
+        ("DELETE", "/v1/resources/e", [], (428, "missing_token")),
+        ("PUT", "/v1/resources/a//b", [("Fencing-Token", "1")], (400, "invalid_name")),
+        ("PUT", "/v1/nope", [("Fencing-Token", "1")], (404, "not_found")),
+        ("POST", "/v1/resources/e", [("Fencing-Token", "1")], (405, "method_not_allowed")),
+        ("PUT", "/v1/fences/e", [], (428, "missing_token")),
+        ("PUT", "/v1/floors?prefix=e", [("Fencing-Token", "x")], (400, "invalid_token")),
+        ("POST", "/v1/operations/credit", [("Fencing-Token", "1")], ops_refusal),
+        ("POST", "/v1/transactions", [("Fencing-Token", "01")], (400, "invalid_token")),
+    ]
+    for method, target, headers, (status, code) in cases:
+        what = "%s %s %r with Expect: 100-continue" % (method, target, headers)
+        with p.raw() as c:
+            head = "%s %s HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n" % (
+                method, target)
+            head += "".join("%s: %s\r\n" % kv for kv in headers) + "\r\n"
+            c.send_raw(head.encode())
+            r = c.read_response(timeout=5, method=method)
+            eq((r.status, r.json().get("error")), (status, code), what)
+            eq((r.header("Connection") or "").lower(), "close", what + ": Connection")
+            check(c.is_closed(5.0), what + ": the connection stays open")
+    assert_absent(p, "e")
+    assert_no_fence(p, "e")
+    # Accepted: 100, then the body, then 201.
+    with p.raw() as c:
+        c.send_raw(b"PUT /v1/resources/e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   b"Fencing-Token: 1\r\nContent-Length: 4\r\n\r\n")
+        eq(c.read_response(timeout=5, method="PUT").status, 100, "an acceptable head")
+        c.send_raw(b"body")
+        eq(c.read_response(timeout=5, method="PUT").status, 201, "after the body")
+    eq(p.get("e").body, b"body", "the body after 100")
+
 def garbage_requests(rng):
     out = [
         b"\x00" * 100,
