@@ -317,14 +317,14 @@ struct write_headers {
     fence::preconditions pre;
 };
 
-checked<write_headers> write_headers_of(const call& c) {
-    auto token = token_of(c.req);
+checked<write_headers> write_headers_of(const request& req, std::string_view key) {
+    auto token = token_of(req);
     if (token.failure)
         return {std::nullopt, std::move(token.failure)};
-    auto lock = lock_of(c.req, c.match.name);
+    auto lock = lock_of(req, key);
     if (lock.failure)
         return {std::nullopt, std::move(lock.failure)};
-    auto pre = preconditions_of(c.req);
+    auto pre = preconditions_of(req);
     if (pre.failure)
         return {std::nullopt, std::move(pre.failure)};
     return {write_headers{*token.value, std::move(*lock.value), *pre.value}, std::nullopt};
@@ -343,20 +343,27 @@ std::string_view scope_of(const call&) noexcept {
     return {};
 }
 
+// The 400 for a malformed Idempotency-Key (given twice, or not 1 to 255 visible ASCII
+// characters); nullopt when it is absent or well-formed.
+std::optional<response> idempotency_key_problem(const request& req) {
+    auto field = fields_named(req, idempotency_key_field);
+    if (field.count == 0 || (field.count == 1 && valid_idempotency_key(*field.first)))
+        return std::nullopt;
+    return make_error_response(errc::invalid_request,
+                               field.count > 1 ? "give Idempotency-Key at most once"
+                                               : "invalid Idempotency-Key: 1 to 255 characters "
+                                                 "from '!' to '~' (visible ASCII, no spaces)");
+}
+
 // The request's Idempotency-Key: absent → nothing to do; malformed → 400; in flight here
 // → 409 idempotency_in_progress; else claimed, with the request's fingerprint.
 // `id` views the request, which outlives the call.
 net::awaitable<checked<keyed>> idempotency_of(const call& c, const request_identity& id) {
+    if (auto bad = idempotency_key_problem(c.req))
+        co_return checked<keyed>{std::nullopt, std::move(bad)};
     auto field = fields_named(c.req, idempotency_key_field);
     if (field.count == 0)
         co_return checked<keyed>{keyed{}, std::nullopt};
-    if (field.count > 1 || !valid_idempotency_key(*field.first))
-        co_return checked<keyed>{
-            std::nullopt, make_error_response(
-                              errc::invalid_request,
-                              field.count > 1 ? "give Idempotency-Key at most once"
-                                              : "invalid Idempotency-Key: 1 to 255 characters from "
-                                                "'!' to '~' (visible ASCII, no spaces)")};
     keyed k;
     const auto scope = scope_of(c);
     if (c.ctx.idempotency_keys) {
@@ -400,7 +407,7 @@ void mark_replayed(response& res, bool replayed) {
 }
 
 net::awaitable<response> put_resource(call c) {
-    auto h = write_headers_of(c);
+    auto h = write_headers_of(c.req, c.match.name);
     if (h.failure)
         co_return std::move(*h.failure);
     auto& [token, lock, pre] = *h.value;
@@ -433,7 +440,7 @@ net::awaitable<response> put_resource(call c) {
 }
 
 net::awaitable<response> delete_resource(call c) {
-    auto h = write_headers_of(c);
+    auto h = write_headers_of(c.req, c.match.name);
     if (h.failure)
         co_return std::move(*h.failure);
     auto& [token, lock, pre] = *h.value;
@@ -672,11 +679,14 @@ void log_operation_error(const call& c, const store::operation_result& r) {
     logging::write(logging::level::warn, "operation error", f);
 }
 
+response no_operations(std::string_view name) {
+    return make_error_response(errc::not_found, "no operation '" + std::string{name} +
+                                                    "': named operations need the postgres store");
+}
+
 net::awaitable<response> run_operation(call c) {
     if (!c.ctx.store.supports_operations())
-        co_return make_error_response(errc::not_found,
-                                      "no operation '" + c.match.name +
-                                          "': named operations need the postgres store");
+        co_return no_operations(c.match.name);
     auto lock = lock_of(c.req, std::nullopt);
     if (lock.failure)
         co_return std::move(*lock.failure);
@@ -842,22 +852,37 @@ net::awaitable<detail::txn_body> parse_txn(std::string_view body, detail::txn_bo
 // POST /v1/transactions (docs/api.md#post-v1transactions). Checked in this order: the
 // header defaults (Fencing-Token, Fencing-Lock), the body (every op, then
 // store::validate_txn), the Idempotency-Key; then one store call decides every op.
-net::awaitable<response> post_transaction(call c) {
-    auto token = optional_token_of(c.req);
-    if (token.failure)
-        co_return std::move(*token.failure);
+// A transaction's header defaults for its ops: Fencing-Token and Fencing-Lock, each
+// optional, each refused as on single writes when malformed.
+struct txn_defaults {
+    std::optional<token_t> token;
     std::optional<std::string> lock;
-    if (fields_named(c.req, fencing_lock_field).count > 0) {
-        auto l = lock_of(c.req, std::nullopt);
+};
+
+checked<txn_defaults> txn_defaults_of(const request& req) {
+    auto token = optional_token_of(req);
+    if (token.failure)
+        return {std::nullopt, std::move(token.failure)};
+    txn_defaults d{*token.value, std::nullopt};
+    if (fields_named(req, fencing_lock_field).count > 0) {
+        auto l = lock_of(req, std::nullopt);
         if (l.failure)
-            co_return std::move(*l.failure);
-        lock = std::move(*l.value);
+            return {std::nullopt, std::move(l.failure)};
+        d.lock = std::move(*l.value);
     }
+    return {std::move(d), std::nullopt};
+}
+
+net::awaitable<response> post_transaction(call c) {
+    auto defaults = txn_defaults_of(c.req);
+    if (defaults.failure)
+        co_return std::move(*defaults.failure);
+    auto& [token, lock] = *defaults.value;
 
     detail::txn_body_rules rules;
     rules.max_ops = c.ctx.settings.http.max_txn_ops;
     rules.max_op_body_bytes = c.ctx.settings.http.max_txn_op_body_bytes;
-    rules.token = *token.value;
+    rules.token = token;
     rules.lock = lock;
     rules.operations = c.ctx.store.supports_operations();
     rules.param_count = [&store = c.ctx.store](const std::string& name) {
@@ -884,7 +909,7 @@ net::awaitable<response> post_transaction(call c) {
     // identity_of keeps views: the lock's text must outlive the fingerprint (a temporary
     // here was a stack-use-after-scope under ASan).
     const std::string lock_text = lock.value_or("");
-    const auto id = identity_of(c, lock_text, token.value->value_or(0), {});
+    const auto id = identity_of(c, lock_text, token.value_or(0), {});
     auto k = co_await idempotency_of(c, id);
     if (k.failure)
         co_return std::move(*k.failure);
@@ -938,12 +963,20 @@ net::awaitable<response> post_transaction(call c) {
     co_return res;
 }
 
+// Step 8 of the order of checks: the target's match refuses it (404, 405, a bad name or
+// query).
+std::optional<response> route_refusal(const route_match& m) {
+    if (m.error == errc::method_not_allowed)
+        return method_not_allowed_response(m.allow, m.message);
+    if (m.error != errc::ok)
+        return make_error_response(m.error, m.message);
+    return std::nullopt;
+}
+
 net::awaitable<response> dispatch(call c) {
     const auto& m = c.match;
-    if (m.error == errc::method_not_allowed)
-        co_return method_not_allowed_response(m.allow, m.message);
-    if (m.error != errc::ok)
-        co_return make_error_response(m.error, m.message);
+    if (auto refused = route_refusal(m))
+        co_return std::move(*refused);
 
     auto method = c.req.method();
     switch (m.kind) {
@@ -993,6 +1026,41 @@ net::awaitable<response> dispatch(call c) {
 }
 
 } // namespace
+
+std::optional<response> refusal_from_head(const store::store& store, const request& head,
+                                          const route_match& match) {
+    if (auto refused = route_refusal(match))
+        return refused;
+    const auto method = head.method();
+    switch (match.kind) {
+    case route::resource:
+        if (method != http::verb::put && method != http::verb::delete_)
+            return std::nullopt;
+        if (auto h = write_headers_of(head, match.name); h.failure)
+            return std::move(h.failure);
+        return idempotency_key_problem(head);
+    case route::fence:
+    case route::floors:
+        if (method != http::verb::put)
+            return std::nullopt;
+        if (auto token = token_of(head); token.failure)
+            return std::move(token.failure);
+        return idempotency_key_problem(head);
+    case route::operation:
+        if (!store.supports_operations())
+            return no_operations(match.name);
+        if (auto lock = lock_of(head, std::nullopt); lock.failure)
+            return std::move(lock.failure);
+        if (auto token = token_of(head); token.failure)
+            return std::move(token.failure);
+        return idempotency_key_problem(head);
+    case route::transactions:
+        // Its Idempotency-Key is looked at only once the ops are parsed and in scope.
+        return std::move(txn_defaults_of(head).failure);
+    default:
+        return std::nullopt;
+    }
+}
 
 std::string request_id_of(const request& req) {
     auto field = fields_named(req, request_id_field);

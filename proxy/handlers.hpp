@@ -54,6 +54,15 @@ net::awaitable<response> handle_request(handler_context& ctx, request&& req);
 // matches it once, for admission and for the handler).
 net::awaitable<response> handle_request(handler_context& ctx, request&& req, route_match match);
 
+// The refusal that a request's head alone decides, as handle_request would answer it:
+// steps 8 and 9 of docs/api.md's order of checks (the route's match, then the route's own
+// headers in the handler's order) up to the first check that needs the body, the store's
+// state or another request (an Idempotency-Key in flight). nullopt: nothing in the head
+// refuses it. The session asks before it answers `100 Continue`, so that a client never
+// uploads a body that is bound to be refused. Pure: no I/O.
+std::optional<response> refusal_from_head(const store::store& store, const request& head,
+                                          const route_match& match);
+
 // Waits for the thread that parses large operation bodies to finish what it has; no
 // request may run afterwards. Call after the I/O threads have stopped and before their
 // io_contexts' pending work is destroyed: a parse still running then completes into its

@@ -140,6 +140,10 @@ private:
                                std::string request_id = {}, std::string_view allow = {});
     net::awaitable<void> reply_and_close(errc code, std::string message, const request& head,
                                          bool parsed, route r, time_point started);
+    // Sends a handler's refusal decided from the head alone (refusal_from_head) while the
+    // body is still unread, then closes.
+    net::awaitable<void> refuse_unread_body(response res, const request& head, route r,
+                                            time_point started);
     // Writes a finished response and counts it in requests_total; false when the
     // connection should end.
     net::awaitable<bool> send(response& res, route r, time_point started);

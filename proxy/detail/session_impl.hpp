@@ -282,6 +282,13 @@ template <class Stream> net::awaitable<void> basic_session<Stream>::serve() {
 
         if (body_follows) {
             if (detail::expects_continue(head)) {
+                // What the head alone refuses is answered instead of the 100, so that the
+                // client never uploads a body that is bound to be refused; the body is
+                // never read, so the connection closes, as after a 401 or 403.
+                if (auto refused = refusal_from_head(services_.store, head, target)) {
+                    co_await refuse_unread_body(std::move(*refused), head, r, started);
+                    co_return;
+                }
                 http::response<http::empty_body> go_on{http::status::continue_, 11};
                 transport::expires_after(stream_, limits.write_timeout);
                 auto [wec, wn] = co_await http::async_write(stream_, go_on, detail::use_tuple);
@@ -405,6 +412,20 @@ net::awaitable<bool> basic_session<Stream>::reply(errc code, std::string message
                     complete ? head.version() : 11, keep_alive && complete && head.keep_alive(),
                     request_id);
     co_return co_await send(res, r, started);
+}
+
+template <class Stream>
+net::awaitable<void> basic_session<Stream>::refuse_unread_body(response res, const request& head,
+                                                               route r, time_point started) {
+    auto request_id = request_id_of(head);
+    if (logging::enabled(logging::level::debug))
+        logging::write(logging::level::debug, "request refused before the handler",
+                       {{"status", res.result_int()},
+                        {"detail", "refused from the head instead of 100 Continue"},
+                        {"peer", peer_},
+                        {"request_id", request_id}});
+    finish_response(res, head.method() == http::verb::head, head.version(), false, request_id);
+    co_await send(res, r, started);
 }
 
 template <class Stream>

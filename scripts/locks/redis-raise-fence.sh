@@ -8,7 +8,9 @@
 #
 # It reads the current fence from fencekeeper (GET /v1/fences/NAME) and raises the
 # counter fence:NAME on the (new) primary to fence + MARGIN, never lowering it
-# (redis-raise-fence.lua). The next token is then above anything fencekeeper saw.
+# (redis-raise-fence.lua). The next token is then above anything fencekeeper saw; the
+# token it prints is the one redis-acquire.lua will return next (above the floor key
+# fence-floor when redis-raise-floor.sh has set one above the counter).
 #
 # MARGIN (default 1000) also skips the tokens the old primary may have handed out
 # after its last replicated INCR to holders that have not written yet: without it,
@@ -47,4 +49,16 @@ out=$(redis-cli -h "$host" -p "$port" --eval "$here/redis-raise-fence.lua" "fenc
 case $out in
   ''|*[!0-9]*) echo "$0: Redis answered: $out" >&2; exit 69 ;;
 esac
-echo "fence of $name is $fence; counter fence:$name is now $out; the next token will be $((out + 1))"
+# What redis-acquire.lua will return next: one above the counter, or above the floor key
+# fence-floor (redis-raise-floor.sh) when the counter is at or below it.
+floor=$(redis-cli -h "$host" -p "$port" GET fence-floor 2>&1)
+case $floor in
+  '') next=$((out + 1)) ;;
+  *[!0-9]*) echo "$0: Redis answered: $floor" >&2; exit 69 ;;
+  *) if [ "$out" -le "$floor" ]; then next=$((floor + 1)); else next=$((out + 1)); fi ;;
+esac
+if [ -n "$floor" ] && [ "$out" -le "$floor" ]; then
+  echo "fence of $name is $fence; counter fence:$name is now $out, below the floor fence-floor $floor; the next token will be $next"
+else
+  echo "fence of $name is $fence; counter fence:$name is now $out; the next token will be $next"
+fi

@@ -16,7 +16,8 @@ What is here:
     (openapi_validate.py); a test with an answer the spec does not document fails.
 
 Environment:
-  FENCEKEEPER_BIN         the binary (default: <repo>/build/fencekeeper)
+  FENCEKEEPER_BIN         the binary (default: <repo>/build/fencekeeper); a relative path
+                          is taken from the directory the test was started in
   FK_TEST_PG_URL          libpq URI of a Postgres the tests may create schemas in
   FK_TEST_REDIS_PORT      port of a Redis on 127.0.0.1
   FK_TEST_ETCD_ENDPOINTS  etcd client URL(s), comma separated
@@ -38,6 +39,7 @@ import os
 import random
 import re
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -84,8 +86,16 @@ def eq(actual, expected, what=""):
 
 
 def binary():
+    """FENCEKEEPER_BIN as an absolute path: the proxies run in temp directories, and a
+    path relative to where the test was started (build/fencekeeper) would not resolve
+    there."""
     b = os.environ.get("FENCEKEEPER_BIN") or os.path.join(REPO, "build", "fencekeeper")
-    return b
+    return os.path.abspath(b)
+
+
+# Scripts the tests start (demo.sh, zombie-check.sh, the recipes) may run elsewhere too.
+if os.environ.get("FENCEKEEPER_BIN"):
+    os.environ["FENCEKEEPER_BIN"] = binary()
 
 
 def require_binary():
@@ -1316,6 +1326,76 @@ def main(ns, needs_binary=True, after_each=None):
     if passed == 0 and skipped > 0:
         sys.exit(SKIP_EXIT)
     sys.exit(0)
+
+
+# ---------------------------------------------------------------------------
+# Documentation examples, run as written (README.md: every command it shows works)
+# ---------------------------------------------------------------------------
+
+def doc_block(path, marker):
+    """The fenced blocks between <!-- MARKER ... --> and <!-- /MARKER --> in a doc, as
+    (language, text) in order."""
+    text = open(os.path.join(REPO, path)).read()
+    m = re.search(r"<!-- %s[^>]*-->(.*?)<!-- /%s -->" % (marker, marker), text, re.S)
+    check(m is not None, "no %s block in %s" % (marker, path))
+    return re.findall(r"```(\w+)\n(.*?)```", m.group(1), re.S)
+
+
+def console_steps(text):
+    """(command, expected output) pairs of a console block: a command starts with "$ " and
+    runs until its quotes close and no line ends with a backslash."""
+    lines = text.splitlines()
+    steps, i = [], 0
+    while i < len(lines):
+        check(lines[i].startswith("$ "), "console block: %r is not a command" % lines[i])
+        cmd = lines[i][2:]
+        i += 1
+        while True:
+            try:
+                shlex.split(cmd)
+                complete = not cmd.endswith("\\")
+            except ValueError:
+                complete = False
+            if complete:
+                break
+            cmd += "\n" + lines[i]
+            i += 1
+        out = []
+        while i < len(lines) and not lines[i].startswith("$ "):
+            out.append(lines[i])
+            i += 1
+        steps.append((cmd, "\n".join(out)))
+    return steps
+
+
+def run_console_block(p, text, curl, exact=False, masks=()):
+    """Runs a doc's console block against proxy `p` (only the address changed) and checks
+    each command's output: JSON compared as JSON, anything else as text. exact: the
+    output byte for byte as shown (curl -i's CRLFs read as LFs, trailing newlines aside),
+    after replacing what matches a regex of `masks` (a request id, a time) in both. Returns
+    [(command, output)] as they ran."""
+    ran = []
+    for cmd, expected in console_steps(text):
+        cmd = cmd.replace("curl ", curl + " -sS ", 1).replace(
+            "127.0.0.1:8080", "%s:%d" % (p.host, p.port))
+        got = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30)
+        eq(got.returncode, 0, "%s: exit status (%s)" % (cmd, got.stderr))
+        out = got.stdout.replace("\r\n", "\n")
+        ran.append((cmd, out))
+        if exact:
+            def masked(t):
+                for m in masks:
+                    t = re.sub(m, "<masked>", t)
+                return t.rstrip("\n")
+            eq(masked(out), masked(expected), "the output of %s, as the docs show it" % cmd)
+            continue
+        try:
+            want = json.loads(expected)
+        except ValueError:
+            eq(out.strip(), expected.strip(), "the output of %s" % cmd)
+        else:
+            eq(json.loads(out), want, "the output of %s" % cmd)
+    return ran
 
 
 def parallel(fn, n, *args):

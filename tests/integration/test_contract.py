@@ -201,6 +201,80 @@ def test_stale_token_rejected_and_logged(store):
     check(all(not isinstance(v, str) or "zombie" not in v for v in vals(line)), "log holds no body")
 
 
+# What changes from run to run in a shown answer: the generated request id, the times.
+README_MASKS = (r"(?<=X-Request-Id: )[0-9a-f]{16}", r'(?<="updated_at":")[^"]+')
+# ... and in a shown log line: the time, the client's port, the request id.
+LOG_VARIES = ("ts", "peer", "request_id")
+
+
+def readme_stale_log_line(p):
+    """The README's stale-write story run as written on a fresh file store; returns the
+    log line the README shows and the one the binary wrote for the 409."""
+    curl = fk.require_tool("curl")
+    blocks = fk.doc_block("README.md", "stale-example")
+    eq([lang for lang, _ in blocks], ["console"] * 4 + ["json"], "the README story's blocks")
+    ran = []
+    for _, text in blocks[:4]:
+        ran += fk.run_console_block(p, text, curl, exact=True, masks=README_MASKS)
+    stale = [out for _, out in ran if out.startswith("HTTP/1.1 409")]
+    eq(len(stale), 1, "one 409 in the story")
+    request_id = re.search(r"X-Request-Id: (\S+)", stale[0]).group(1)
+    shown = json.loads(blocks[4][1])
+    got = p.wait_log(lambda o: o.get("request_id") == request_id)
+    return shown, got
+
+
+def test_readme_stale_write_story():
+    """README's "A stale write, rejected", run as written: every answer byte for byte (the
+    request ids and times aside), and the log line it shows is the binary's: the same
+    fields in the same order, the same values but for the time, the port and the id."""
+    p = start(fk.file_store())
+    shown, got = readme_stale_log_line(p)
+    eq(list(shown), list(got), "the README's log line: its fields, in order")
+    eq({k: v for k, v in shown.items() if k not in LOG_VARIES},
+       {k: v for k, v in got.items() if k not in LOG_VARIES}, "the README's log line: values")
+    # The id it shows is the one of the 409 it shows.
+    readme = open(os.path.join(fk.REPO, "README.md")).read()
+    check("X-Request-Id: %s\n" % shown["request_id"] in readme, "the log line's request_id "
+          "is the shown 409's X-Request-Id")
+
+    # docs/configuration.md's example line is the same kind of line (no floor, no client):
+    # the same fields in the same order, with numbers that add up.
+    text = open(os.path.join(fk.REPO, "docs", "configuration.md")).read()
+    lines = [json.loads(l) for l in re.findall(r"^(\{.*\})$", text, re.M)
+             if '"rejected stale write"' in l]
+    eq(len(lines), 1, "configuration.md's stale-rejection line")
+    ex = lines[0]
+    eq(list(ex), list(got), "configuration.md's log line: its fields, in order")
+    eq((ex["current_token"], ex["gap"]), (ex["fence"], ex["fence"] - ex["token"]),
+       "configuration.md's log line: fence, current_token and gap agree")
+    p.stop()
+
+
+def test_readme_run_line_as_written():
+    """The line that README's "Tests" and this file's docstring give to run one integration
+    test by hand works as written: from the repository root, FENCEKEEPER_BIN relative to
+    it. (The proxies run in temp directories; the harness resolves the path.)"""
+    readme = open(os.path.join(fk.REPO, "README.md")).read()
+    shown = re.findall(r"^(FENCEKEEPER_BIN=\S+ python3 tests/integration/test_contract\.py .*)$",
+                       readme, re.M)
+    shown += [l.strip() for l in __doc__.splitlines() if "FENCEKEEPER_BIN=" in l]
+    eq(len(shown), 2, "the README's line and the docstring's")
+    rel = os.path.relpath(fk.binary(), fk.REPO)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FENCEKEEPER_BIN", "FK_TEST_FILTER", "FK_TEST_PG_URL", "FK_REQUIRE_SERVICES")}
+    for line in shown:
+        check(line.startswith("FENCEKEEPER_BIN=build/fencekeeper "), "a relative path: %r" % line)
+        # Only the filter is filled in (one quick test), and the binary's path when the
+        # binary under test is another build's.
+        cmd = re.sub(r"\[\w+\]$", "test_missing_token", line).replace("build/fencekeeper", rel, 1)
+        got = fk.subprocess.run(["bash", "-c", cmd], cwd=fk.REPO, env=env, capture_output=True,
+                                text=True, timeout=120)
+        eq(got.returncode, 0, "%s: exit status; output:\n%s%s" % (cmd, got.stdout, got.stderr))
+        check(re.search(r"^1 passed, 0 failed", got.stdout, re.M),
+              "%s ran one test: %s" % (cmd, got.stdout))
+
+
 def test_shared_lock_guards_many_keys(store):
     p = start(store)
     expect_status(p.put("job/a", b"a", token=5, lock="job"), 201)
@@ -1170,6 +1244,54 @@ def test_idle_keepalive_timeout(store):
         check(c.is_closed(5.0), "idle keep-alive connection not closed")
         check(time.monotonic() - t0 < 4.0, "idle connection closed too late")
 
+
+
+def test_expect_continue_refused_from_the_head(store):
+    """docs/api.md#http: a request that its head alone refuses (token, names, route,
+    method, the route's own headers) gets its final answer instead of `100 Continue`, so
+    its body is never uploaded, and the connection closes (the body was not read).
+    An acceptable head gets 100, then its answer."""
+    p = start(store)
+    ops_refusal = (404, "not_found") if store.kind == "file" else (400, "invalid_request")
+    cases = [
+        ("PUT", "/v1/resources/e", [], (428, "missing_token")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "-1")], (400, "invalid_token")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "1"), ("Fencing-Lock", "")],
+         (400, "invalid_name")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "1"), ("If-None-Match", '"3"')],
+         (400, "invalid_request")),
+        ("PUT", "/v1/resources/e", [("Fencing-Token", "1"), ("Idempotency-Key", "a b")],
+         (400, "invalid_request")),
+        ("DELETE", "/v1/resources/e", [], (428, "missing_token")),
+        ("PUT", "/v1/resources/a//b", [("Fencing-Token", "1")], (400, "invalid_name")),
+        ("PUT", "/v1/nope", [("Fencing-Token", "1")], (404, "not_found")),
+        ("POST", "/v1/resources/e", [("Fencing-Token", "1")], (405, "method_not_allowed")),
+        ("PUT", "/v1/fences/e", [], (428, "missing_token")),
+        ("PUT", "/v1/floors?prefix=e", [("Fencing-Token", "x")], (400, "invalid_token")),
+        ("POST", "/v1/operations/credit", [("Fencing-Token", "1")], ops_refusal),
+        ("POST", "/v1/transactions", [("Fencing-Token", "01")], (400, "invalid_token")),
+    ]
+    for method, target, headers, (status, code) in cases:
+        what = "%s %s %r with Expect: 100-continue" % (method, target, headers)
+        with p.raw() as c:
+            head = "%s %s HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n" % (
+                method, target)
+            head += "".join("%s: %s\r\n" % kv for kv in headers) + "\r\n"
+            c.send_raw(head.encode())
+            r = c.read_response(timeout=5, method=method)
+            eq((r.status, r.json().get("error")), (status, code), what)
+            eq((r.header("Connection") or "").lower(), "close", what + ": Connection")
+            check(c.is_closed(5.0), what + ": the connection stays open")
+    assert_absent(p, "e")
+    assert_no_fence(p, "e")
+    # Accepted: 100, then the body, then 201.
+    with p.raw() as c:
+        c.send_raw(b"PUT /v1/resources/e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   b"Fencing-Token: 1\r\nContent-Length: 4\r\n\r\n")
+        eq(c.read_response(timeout=5, method="PUT").status, 100, "an acceptable head")
+        c.send_raw(b"body")
+        eq(c.read_response(timeout=5, method="PUT").status, 201, "after the body")
+    eq(p.get("e").body, b"body", "the body after 100")
 
 def garbage_requests(rng):
     out = [

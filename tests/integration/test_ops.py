@@ -253,6 +253,31 @@ def test_metrics_exact(store):
     check(not [o for o in p.log_lines() if o.get("level") == "debug"], "debug lines at info")
 
 
+
+def test_stale_log_line_fields_as_documented():
+    """docs/operations.md's "Logs" table names every field of a real `rejected stale write`
+    line, one with all of them set: a scoped client's write refused by a fence floor."""
+    d = fk.tmpdir("stale-log")
+    token_file = os.path.join(d, "ops.token")
+    write_token(token_file, "ops-t0ken")
+    p = start(fk.file_store(), config={"auth": {"clients": [
+        {"name": "ops", "token_file": token_file, "write_prefixes": [""], "admin": True}]}})
+    auth = {"Authorization": "Bearer ops-t0ken"}
+    r = p.request("PUT", "/v1/floors?prefix=fl%2F", headers=dict(auth, **{"Fencing-Token": "50"}))
+    expect_status(r, 200, "PUT floor")
+    r = p.put("fl/x", b"zombie", token=10, headers=dict(auth, **{"X-Request-Id": "floor-stale-1"}))
+    expect_error(r, 409, "stale_token", "a write below the floor")
+    line = p.wait_log(lambda o: o.get("request_id") == "floor-stale-1")
+    eq((line.get("msg"), line.get("client"), line.get("floor"), line.get("fence")),
+       ("rejected stale write", "ops", "fl/", 50), "the line of a floor's refusal")
+    text = open(os.path.join(fk.REPO, "docs", "operations.md")).read()
+    row = re.search(r"^\| `rejected stale write` \| warn \| (.*?) \|", text, re.M)
+    check(row is not None, "operations.md has a row for rejected stale write")
+    documented = re.findall(r"`(\w+)`", row.group(1))
+    eq(sorted(documented), sorted(k for k in line if k not in ("ts", "level", "msg")),
+       "the fields operations.md names for rejected stale write")
+    p.stop()
+
 def test_metrics_head_and_methods(store):
     p = start(store)
     h = p.request("HEAD", "/metrics")
@@ -892,6 +917,29 @@ def test_check_config():
     check("WARNING" in err and "0.0.0.0" in err, "warning on stderr: %r" % err)
 
 
+
+def test_bad_flag_message_as_documented():
+    """docs/configuration.md's two example messages for a bad flag and a bad key, exactly as
+    the binary prints them: the message, then the --help hint it says follows."""
+    text = open(os.path.join(fk.REPO, "docs", "configuration.md")).read()
+    intro = text[text.index("fencekeeper is strict about its configuration"):
+                 text.index("## Command-line flags")]
+    intro = " ".join(intro.split())
+    shown = re.findall(r"\(`(unknown key [^`]*)`, `(--threads: [^`]*)`\)", intro)
+    eq(len(shown), 1, "configuration.md's two example messages")
+    key_msg, flag_msg = shown[0]
+    hint = re.search(r"`(Try [^`]*)`", intro)
+    check(hint is not None, "configuration.md shows the --help hint")
+    d = fk.tmpdir("bad-flag")
+    bad = os.path.join(d, "bad.json")
+    with open(bad, "w") as f:
+        json.dump({"limits": {"max_bodyy": 1}}, f)
+    for args, msg in ((["--threads", "abc"], flag_msg),
+                      (["--config", bad], "config file '%s': %s" % (bad, key_msg))):
+        rc, out, err = fk.run_binary(args)
+        eq((rc, out, err), (2, "", "fencekeeper: %s\n%s\n" % (msg, hint.group(1))),
+           "fencekeeper %s" % " ".join(args))
+
 def test_version():
     rc, out, err = fk.run_binary(["--version"])
     eq(rc, 0, "--version")
@@ -1210,6 +1258,46 @@ def test_operation_below_a_fence_floor():
         eq(r.json()["token"], 50, "token of the operation at the floor")
         f = c.fence("ops/never").json()
         eq((f.get("token"), f.get("floor")), (50, None), "the operation set the lock's own fence")
+
+
+def test_credit_example_same_in_readme_and_api():
+    """The README's `credit` call and docs/api.md's are the same text, byte for byte."""
+    readme = fk.doc_block("README.md", "credit-example")
+    api = fk.doc_block("docs/api.md", "credit-example")
+    eq([lang for lang, _ in readme], ["json", "console"], "the README's credit blocks")
+    eq([lang for lang, _ in api], ["console"], "docs/api.md's credit block")
+    eq(readme[1][1], api[0][1], "README's credit example against docs/api.md's")
+
+
+def test_pg_credit_example_from_the_docs():
+    """The `credit` example of the README and docs/api.md, run as written on Postgres: the
+    README's config (its store is the test's), an account 7 holding 1000, and each
+    console block's output byte for byte."""
+    url = fk.require_service("postgres")
+    curl = fk.require_tool("curl")
+    import urllib.parse
+    readme = fk.doc_block("README.md", "credit-example")
+    api = fk.doc_block("docs/api.md", "credit-example")
+    config = json.loads(readme[0][1])
+    config.pop("store")   # flags override the file: the store is the test's
+    db = "fk_credit_" + fk.rand_name(8)
+    fk.psql("CREATE DATABASE %s" % db)
+    try:
+        db_url = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(path="/" + db))
+        fk.psql("CREATE TABLE accounts (id integer PRIMARY KEY, balance integer NOT NULL)",
+                url=db_url)
+        store = fk.Store("postgres", db_url, config={"postgres": {"schema": "fencekeeper"}})
+        p = start(store, config=config)
+        try:
+            for where, text in (("README", readme[1][1]), ("docs/api.md", api[0][1])):
+                fk.psql("DELETE FROM accounts; INSERT INTO accounts VALUES (7, 1000)", url=db_url)
+                fk.run_console_block(p, text, curl, exact=True)
+                eq(fk.psql("SELECT balance FROM accounts WHERE id = 7", url=db_url).strip(),
+                   "1100", "the balance after %s's example" % where)
+        finally:
+            p.stop()
+    finally:
+        fk.psql("DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
 
 if __name__ == "__main__":
     fk.main(globals())

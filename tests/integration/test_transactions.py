@@ -683,44 +683,6 @@ def test_pg_ledger_and_receipt_commit_together():
         eq(c.get("receipts/e1").etag, '"1"', "receipt e1 unchanged")
 
 
-def doc_block(path, marker):
-    """The fenced blocks between <!-- MARKER ... --> and <!-- /MARKER --> in a doc, as
-    (language, text) in order."""
-    import re
-    text = open(os.path.join(fk.REPO, path)).read()
-    m = re.search(r"<!-- %s[^>]*-->(.*?)<!-- /%s -->" % (marker, marker), text, re.S)
-    check(m is not None, "no %s block in %s" % (marker, path))
-    return re.findall(r"```(\w+)\n(.*?)```", m.group(1), re.S)
-
-
-def console_steps(text):
-    """(command, expected output) pairs of a console block: a command starts with "$ " and
-    runs until its quotes close and no line ends with a backslash."""
-    import shlex
-    lines = text.splitlines()
-    steps, i = [], 0
-    while i < len(lines):
-        check(lines[i].startswith("$ "), "console block: %r is not a command" % lines[i])
-        cmd = lines[i][2:]
-        i += 1
-        while True:
-            try:
-                shlex.split(cmd)
-                complete = not cmd.endswith("\\")
-            except ValueError:
-                complete = False
-            if complete:
-                break
-            cmd += "\n" + lines[i]
-            i += 1
-        out = []
-        while i < len(lines) and not lines[i].startswith("$ "):
-            out.append(lines[i])
-            i += 1
-        steps.append((cmd, "\n".join(out)))
-    return steps
-
-
 def test_unauthenticated_transaction_turned_away_at_the_head(store):
     """Without credentials a transaction gets 401 from its request head: the proxy does not
     wait for the body it announced, and nothing is written."""
@@ -747,30 +709,14 @@ def test_unauthenticated_transaction_turned_away_at_the_head(store):
     p.stop()
 
 
-def run_console_block(p, text, curl):
-    """Runs a doc's console block against proxy `p` (only the address changed) and checks
-    each command's output: JSON compared as JSON, anything else as text."""
-    for cmd, expected in console_steps(text):
-        cmd = cmd.replace("curl ", curl + " -sS ", 1).replace(
-            "127.0.0.1:8080", "%s:%d" % (p.host, p.port))
-        got = fk.subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30)
-        eq(got.returncode, 0, "%s: exit status (%s)" % (cmd, got.stderr))
-        try:
-            want = json.loads(expected)
-        except ValueError:
-            eq(got.stdout.strip(), expected.strip(), "the output of %s" % cmd)
-        else:
-            eq(json.loads(got.stdout), want, "the output of %s" % cmd)
-
-
 def test_report_example_from_the_docs(store):
     """docs/api.md's first transaction example, run as written on a fresh store."""
     curl = fk.require_tool("curl")
-    blocks = doc_block("docs/api.md", "txn-example")
+    blocks = fk.doc_block("docs/api.md", "txn-example")
     eq([lang for lang, _ in blocks], ["console"], "the example's blocks")
     p = start(store)
     try:
-        run_console_block(p, blocks[0][1], curl)
+        fk.run_console_block(p, blocks[0][1], curl)
         eq(p.get("reports/2026-12-02.csv").status, 404, "the zombie's report")
         eq(p.get("reports/index.json").etag, '"2"', "the index after the example")
     finally:
@@ -782,7 +728,7 @@ def test_pg_ledger_example_from_the_docs():
     config, its curl commands (only the address changed) and their shown outputs."""
     url = fk.require_service("postgres")
     curl = fk.require_tool("curl")
-    blocks = doc_block("docs/api.md", "ledger-example")
+    blocks = fk.doc_block("docs/api.md", "ledger-example")
     eq([lang for lang, _ in blocks], ["sql", "json", "console", "console"], "the example's blocks")
     import urllib.parse
     db = "fk_ledger_" + fk.rand_name(8)
@@ -795,7 +741,7 @@ def test_pg_ledger_example_from_the_docs():
         p = start(store, config=json.loads(blocks[1][1]))
         try:
             for _, text in blocks[2:]:
-                run_console_block(p, text, curl)
+                fk.run_console_block(p, text, curl)
             rows = fk.psql("SELECT account, amount, payment FROM ledger ORDER BY id", url=db_url)
             eq(rows.split(), ["7|-25.00|pay-8812"], "the ledger after the example")
             eq(p.get("receipts/pay-8813.json").status, 404, "the zombie's receipt")

@@ -5,6 +5,7 @@ FENCING_TOKEN strictly increasing, exit codes, no release of somebody else's loc
 pg-token.sh. Needs no fencekeeper binary: these are the lock-service side.
 """
 import os
+import re
 import subprocess
 import time
 
@@ -93,6 +94,44 @@ def test_redis_floor():
     finally:
         srv.kill()
 
+
+
+def test_redis_raise_fence_after_a_floor():
+    """redis-raise-fence.sh prints the token redis-lock.sh then gets, also once
+    redis-raise-floor.sh has set the floor key above the counter it raised (the floor is
+    global on Redis, fencekeeper's floor only under its prefix). A private Redis and a real
+    fencekeeper: the script reads the fence from it."""
+    fk.require_binary()
+    srv = zombies.RedisServer(name="raise-fence").start()
+    p = fk.file_store().start()
+    try:
+        p.wait_ready()
+        url = "http://%s:%d" % (p.host, p.port)
+        env = zombies.redis_env(srv.port)
+        lock = "daily-report"
+        fk.expect_status(p.put_fence(lock, 7), 200, "the lock's fence")
+        r = run([os.path.join(L, "redis-raise-floor.sh"), "--url", url, "--prefix", "other/",
+                 "--token", "1090214"], env)
+        fk.eq(r.returncode, 0, "redis-raise-floor.sh (%s %s)" % (r.stdout, r.stderr))
+        with srv.client() as c:
+            fk.eq(c.call("GET", zombies.FLOOR_KEY), b"1090214", "the floor key")
+        raise_fence = os.path.join(L, "redis-raise-fence.sh")
+        lock_sh = os.path.join(L, "redis-lock.sh")
+        # Below the floor (1007), then above it (margin 0 after an acquisition: 1090215).
+        for margin, counter in (("1000", 1007), ("0", 1090215)):
+            r = run([raise_fence, lock, url, margin], env)
+            fk.eq(r.returncode, 0, "redis-raise-fence.sh (%s)" % r.stderr)
+            m = re.search(r"counter fence:%s is now (\d+).*the next token will be (\d+)$" % lock,
+                          r.stdout.strip())
+            fk.check(m is not None, "redis-raise-fence.sh said: %r" % r.stdout)
+            fk.eq(int(m.group(1)), counter, "the counter it reports")
+            got = run([lock_sh, lock, "5000", "--", "sh", "-c", "echo $FENCING_TOKEN"], env)
+            fk.eq(got.returncode, 0, "redis-lock.sh (%s)" % got.stderr)
+            fk.eq(got.stdout.strip(), m.group(2), "the next token redis-raise-fence.sh printed "
+                  "(%s) against what redis-lock.sh got" % r.stdout.strip())
+    finally:
+        p.stop()
+        srv.kill()
 
 def test_redis_lock_sh():
     port = int(fk.require_service("redis"))
