@@ -156,6 +156,18 @@ private:
     std::thread thread_;
 };
 
+// Returns once some backend waits for a lock (a store's statement behind a row a test's
+// own session holds).
+inline void wait_for_lock_wait(session& admin) {
+    for (int i = 0; i < 500; ++i) {
+        if (admin.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") !=
+            "0")
+            return;
+        std::this_thread::sleep_for(10ms);
+    }
+    FAIL("no backend ever waited for the held row");
+}
+
 // A schema of its own (named after `what`), dropped at the end.
 struct fixture {
     std::string url;

@@ -21,16 +21,6 @@ namespace sql = fk::store::pg::sql;
 
 namespace {
 
-void wait_for_lock_wait(session& admin) {
-    for (int i = 0; i < 500; ++i) {
-        if (admin.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") !=
-            "0")
-            return;
-        std::this_thread::sleep_for(10ms);
-    }
-    FAIL("the store's statement never waited for the creating transaction");
-}
-
 struct race {
     fixture fx;
     pg_store st;
@@ -47,6 +37,19 @@ struct race {
         creator.exec("INSERT INTO " + fx.table("resources") +
                      " (key, lock, body, content_type, version, token) VALUES ('" + key + "', '" +
                      key + "', 'older', 'text/plain', 1, 1)");
+    }
+
+    // Starts the create, runs `write` (which waits behind it), lets the create commit,
+    // and returns what `write` answered.
+    template <class R> R behind_create(net::awaitable<R> write) {
+        begin_create("k");
+        auto f = st.spawn(std::move(write));
+        wait_for_lock_wait(fx.admin);
+        creator.exec("COMMIT");
+        REQUIRE(f.wait_for(20s) == std::future_status::ready);
+        auto r = f.get();
+        INFO(r.message);
+        return r;
     }
 
     std::string row(const std::string& key) {
@@ -96,13 +99,7 @@ TEST_CASE("postgres race: a single delete removes the key a concurrent create co
     if (!url)
         return;
     race t(*url);
-    t.begin_create("k");
-    auto d = t.st.spawn(t.st->remove(del_req("k", 2)));
-    wait_for_lock_wait(t.fx.admin);
-    t.creator.exec("COMMIT");
-    REQUIRE(d.wait_for(20s) == std::future_status::ready);
-    const auto r = d.get();
-    INFO(r.message);
+    const auto r = t.behind_create(t.st->remove(del_req("k", 2)));
     CHECK(r.error == errc::ok);
     CHECK(t.st.run(t.st->get("k", false)).error == errc::not_found);
     CHECK(t.row("k") == "t|2|1\n");
@@ -116,15 +113,9 @@ TEST_CASE("postgres race: a keyed delete (the batch statement) removes the key a
     if (!url)
         return;
     race t(*url);
-    t.begin_create("k");
     auto req = del_req("k", 2);
     req.idem = idempotency{"", "race-key-1", std::string(32, 'f')};
-    auto d = t.st.spawn(t.st->remove(req));
-    wait_for_lock_wait(t.fx.admin);
-    t.creator.exec("COMMIT");
-    REQUIRE(d.wait_for(20s) == std::future_status::ready);
-    const auto r = d.get();
-    INFO(r.message);
+    const auto r = t.behind_create(t.st->remove(req));
     CHECK(r.error == errc::ok);
     CHECK(t.row("k") == "t|2|1\n");
     // Its record says what happened: a delete of an existing key (created false).
@@ -137,13 +128,7 @@ TEST_CASE("postgres race: a transaction's delete removes the key a concurrent cr
     if (!url)
         return;
     race t(*url);
-    t.begin_create("k");
-    auto d = t.st.spawn(t.st->transact(txn_request{{txn_del("k", 2)}, std::nullopt}));
-    wait_for_lock_wait(t.fx.admin);
-    t.creator.exec("COMMIT");
-    REQUIRE(d.wait_for(20s) == std::future_status::ready);
-    const auto r = d.get();
-    INFO(r.message);
+    const auto r = t.behind_create(t.st->transact(txn_request{{txn_del("k", 2)}, std::nullopt}));
     REQUIRE(r.error == errc::ok);
     // The delete saw the key: its result has the version it deleted.
     CHECK(r.results_json == R"([{"op":"delete","key":"k","lock":"k","token":2,"version":1}])");
@@ -156,7 +141,6 @@ TEST_CASE("postgres race: a transaction's check that a key is absent sees a crea
     if (!url)
         return;
     race t(*url);
-    t.begin_create("k");
     txn_op absent;
     absent.op = txn_op::kind::check_version;
     absent.key = "k";
@@ -164,12 +148,7 @@ TEST_CASE("postgres race: a transaction's check that a key is absent sees a crea
     fence.op = txn_op::kind::fence;
     fence.lock = "k";
     fence.token = 2;
-    auto d = t.st.spawn(t.st->transact(txn_request{{fence, absent}, std::nullopt}));
-    wait_for_lock_wait(t.fx.admin);
-    t.creator.exec("COMMIT");
-    REQUIRE(d.wait_for(20s) == std::future_status::ready);
-    const auto r = d.get();
-    INFO(r.message);
+    const auto r = t.behind_create(t.st->transact(txn_request{{fence, absent}, std::nullopt}));
     CHECK(r.error == errc::precondition_failed);
     CHECK(r.op_index == 1);
     // Refused whole: the fence op did not apply either.

@@ -723,16 +723,6 @@ TEST_CASE("postgres txn: the backend killed before COMMIT is 503, and nothing is
 // ---- transactions in group-commit batches ----
 
 // Waits until the server shows a backend waiting for a lock (the stuck batch).
-void wait_for_lock_wait(session& admin) {
-    for (int i = 0; i < 200; ++i) {
-        if (admin.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") !=
-            "0")
-            return;
-        std::this_thread::sleep_for(10ms);
-    }
-    FAIL("no backend ever waited for the held row");
-}
-
 // A batch held in the database: a session of its own holds the row of "blocker" FOR
 // UPDATE while the store's write to it waits, so that with batch_concurrency 1 everything
 // submitted until release() forms the store's next batch.
