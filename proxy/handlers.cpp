@@ -337,10 +337,12 @@ struct keyed {
     std::optional<inflight_keys::claim> claim;
 };
 
-// The caller's scope for Idempotency-Keys. fencekeeper has one credential (the bearer
-// token, or none): every caller that passed auth is the same caller.
-std::string_view scope_of(const call&) noexcept {
-    return {};
+// The caller's space of Idempotency-Keys (docs/api.md#retries-and-exactly-once): a scoped
+// client's name, so that two clients never share a record, a claim or a 422; "" for the
+// single bearer token and auth off, where every caller is the same caller. Client names
+// are never empty (config/parse.cpp), so no client shares the "" space.
+std::string_view scope_of(const call& c) noexcept {
+    return c.ctx.scope ? std::string_view{c.ctx.scope->name} : std::string_view{};
 }
 
 // The 400 for a malformed Idempotency-Key (given twice, or not 1 to 255 visible ASCII
