@@ -235,6 +235,15 @@ std::optional<std::string_view> client_of(const call& c) {
     return c.ctx.client.empty() ? std::nullopt : std::optional<std::string_view>{c.ctx.client};
 }
 
+// A lock name the store reports (the lock a key belongs to) as a reply to this caller may
+// carry it: nullopt when a scoped client may not read it (docs/api.md#redacted-locks).
+// Names the caller sent itself are in its scope already (checked from the head or per op).
+std::optional<std::string_view> visible_lock(const call& c, std::string_view lock) noexcept {
+    if (c.ctx.scope && !c.ctx.scope->may_read(lock))
+        return std::nullopt;
+    return lock;
+}
+
 // Every rejected write logs this line, so it is formatted without a JSON tree.
 void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
                token_t token, token_t current, const std::optional<std::string>& floor) {
@@ -294,7 +303,7 @@ response write_failure(const call& c, const store::write_result& r,
         log_stale(c, key, lock, token, r.current_token, r.floor);
         return stale_token_response(lock, token, r.current_token, floor_of(r.floor));
     case errc::lock_mismatch:
-        return lock_mismatch_response(key.value_or(""), r.lock);
+        return lock_mismatch_response(key.value_or(""), visible_lock(c, r.lock));
     case errc::precondition_failed:
         return precondition_failed_response(key.value_or(""));
     default:
@@ -484,8 +493,12 @@ net::awaitable<response> get_resource(call c) {
     res.set(http::field::content_type,
             r.content_type.empty() ? std::string{"application/octet-stream"} : r.content_type);
     res.set(http::field::etag, etag(r.version));
-    res.set(fencing_token_field, std::to_string(r.token));
-    res.set(fencing_lock_field, r.lock);
+    // The writer's lock and token only to a caller who may read that lock: a key in scope
+    // may have been written under another tenant's lock (docs/api.md#redacted-locks).
+    if (visible_lock(c, r.lock)) {
+        res.set(fencing_token_field, std::to_string(r.token));
+        res.set(fencing_lock_field, r.lock);
+    }
     if (c.head)
         res.content_length(r.size);
     else
@@ -805,7 +818,7 @@ response txn_failure(const call& c, const store::txn_result& r,
     case errc::lock_mismatch:
         if (!op)
             break;
-        return with_op_index(lock_mismatch_response(op->key, r.lock), r.op_index);
+        return with_op_index(lock_mismatch_response(op->key, visible_lock(c, r.lock)), r.op_index);
     case errc::precondition_failed:
         if (!op)
             break;
