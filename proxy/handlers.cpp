@@ -22,6 +22,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <utility>
@@ -888,6 +889,21 @@ checked<txn_defaults> txn_defaults_of(const request& req) {
     return {std::move(d), std::nullopt};
 }
 
+// A transaction of guards only (check, check_version) changes nothing: a retry cannot
+// apply it twice, so its Idempotency-Key is checked for form and neither claimed nor
+// recorded (a record would be storage held for a request that wrote nothing). Any other
+// transaction's key as on the other routes. (A coroutine of its own: a co_await inside a
+// conditional expression double-destroyed its temporary under GCC 12.)
+net::awaitable<checked<keyed>> txn_idempotency_of(const call& c, const request_identity& id,
+                                                  const std::vector<store::txn_op>& ops) {
+    const bool writes = std::any_of(ops.begin(), ops.end(), [](const store::txn_op& op) {
+        return op.op != store::txn_op::kind::check && op.op != store::txn_op::kind::check_version;
+    });
+    if (!writes)
+        co_return checked<keyed>{keyed{}, idempotency_key_problem(c.req)};
+    co_return co_await idempotency_of(c, id);
+}
+
 net::awaitable<response> post_transaction(call c) {
     auto defaults = txn_defaults_of(c.req);
     if (defaults.failure)
@@ -925,7 +941,7 @@ net::awaitable<response> post_transaction(call c) {
     // here was a stack-use-after-scope under ASan).
     const std::string lock_text = lock.value_or("");
     const auto id = identity_of(c, lock_text, token.value_or(0), {});
-    auto k = co_await idempotency_of(c, id);
+    auto k = co_await txn_idempotency_of(c, id, parsed.ops);
     if (k.failure)
         co_return std::move(*k.failure);
     // The ops hold what the store needs; the body is not kept while the store works.
