@@ -37,7 +37,7 @@ using fence::token_t;
 //   in the same atomic step as the write and the fence. A refused write records nothing.
 // - Two writes with one (scope, key) are never both applied, on one proxy or several.
 struct idempotency {
-    std::string scope;       // the caller: "" while fencekeeper has one credential
+    std::string scope;       // the caller: a scoped client's name; "" for the one token or no auth
     std::string key;         // the header's value: 1..255 bytes of 0x21..0x7E
     std::string fingerprint; // 32 bytes: SHA-256 of the request (proxy/idempotency.hpp)
 };

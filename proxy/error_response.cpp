@@ -226,11 +226,19 @@ response stale_floor_response(std::string_view prefix, fence::token_t token,
                     {}});
 }
 
-response lock_mismatch_response(std::string_view key, std::string_view key_lock) {
+response lock_mismatch_response(std::string_view key, std::optional<std::string_view> key_lock) {
+    if (!key_lock)
+        return make_error_response(
+            error_reply{errc::lock_mismatch,
+                        "key '" + std::string{key} +
+                            "' belongs to another lock, outside this client's read scope; "
+                            "nothing was written",
+                        {{"key", key}},
+                        {}});
     return make_error_response(error_reply{errc::lock_mismatch,
                                            "key '" + std::string{key} + "' belongs to lock '" +
-                                               std::string{key_lock} + "'; nothing was written",
-                                           {{"key", key}, {"lock", key_lock}},
+                                               std::string{*key_lock} + "'; nothing was written",
+                                           {{"key", key}, {"lock", *key_lock}},
                                            {}});
 }
 

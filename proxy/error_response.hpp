@@ -44,7 +44,9 @@ response stale_token_response(std::string_view lock, fence::token_t token,
 // PUT /v1/floors with a token not above the prefix's floor: {prefix, token, current_token}.
 response stale_floor_response(std::string_view prefix, fence::token_t token,
                               fence::token_t current_token);
-response lock_mismatch_response(std::string_view key, std::string_view key_lock);
+// A write of a key that belongs to another lock: {key, lock}; {key} alone when the caller
+// may not read that lock (key_lock nullopt: docs/api.md#redacted-locks).
+response lock_mismatch_response(std::string_view key, std::optional<std::string_view> key_lock);
 response precondition_failed_response(std::string_view key);
 response operation_failed_response(std::string_view sqlstate, std::string message);
 response method_not_allowed_response(std::string_view allow, std::string message);

@@ -22,6 +22,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <utility>
@@ -235,6 +236,15 @@ std::optional<std::string_view> client_of(const call& c) {
     return c.ctx.client.empty() ? std::nullopt : std::optional<std::string_view>{c.ctx.client};
 }
 
+// A lock name the store reports (the lock a key belongs to) as a reply to this caller may
+// carry it: nullopt when a scoped client may not read it (docs/api.md#redacted-locks).
+// Names the caller sent itself are in its scope already (checked from the head or per op).
+std::optional<std::string_view> visible_lock(const call& c, std::string_view lock) noexcept {
+    if (c.ctx.scope && !c.ctx.scope->may_read(lock))
+        return std::nullopt;
+    return lock;
+}
+
 // Every rejected write logs this line, so it is formatted without a JSON tree.
 void log_stale(const call& c, std::optional<std::string_view> key, std::string_view lock,
                token_t token, token_t current, const std::optional<std::string>& floor) {
@@ -294,7 +304,7 @@ response write_failure(const call& c, const store::write_result& r,
         log_stale(c, key, lock, token, r.current_token, r.floor);
         return stale_token_response(lock, token, r.current_token, floor_of(r.floor));
     case errc::lock_mismatch:
-        return lock_mismatch_response(key.value_or(""), r.lock);
+        return lock_mismatch_response(key.value_or(""), visible_lock(c, r.lock));
     case errc::precondition_failed:
         return precondition_failed_response(key.value_or(""));
     default:
@@ -337,10 +347,12 @@ struct keyed {
     std::optional<inflight_keys::claim> claim;
 };
 
-// The caller's scope for Idempotency-Keys. fencekeeper has one credential (the bearer
-// token, or none): every caller that passed auth is the same caller.
-std::string_view scope_of(const call&) noexcept {
-    return {};
+// The caller's space of Idempotency-Keys (docs/api.md#retries-and-exactly-once): a scoped
+// client's name, so that two clients never share a record, a claim or a 422; "" for the
+// single bearer token and auth off, where every caller is the same caller. Client names
+// are never empty (config/parse.cpp), so no client shares the "" space.
+std::string_view scope_of(const call& c) noexcept {
+    return c.ctx.scope ? std::string_view{c.ctx.scope->name} : std::string_view{};
 }
 
 // The 400 for a malformed Idempotency-Key (given twice, or not 1 to 255 visible ASCII
@@ -482,8 +494,12 @@ net::awaitable<response> get_resource(call c) {
     res.set(http::field::content_type,
             r.content_type.empty() ? std::string{"application/octet-stream"} : r.content_type);
     res.set(http::field::etag, etag(r.version));
-    res.set(fencing_token_field, std::to_string(r.token));
-    res.set(fencing_lock_field, r.lock);
+    // The writer's lock and token only to a caller who may read that lock: a key in scope
+    // may have been written under another tenant's lock (docs/api.md#redacted-locks).
+    if (visible_lock(c, r.lock)) {
+        res.set(fencing_token_field, std::to_string(r.token));
+        res.set(fencing_lock_field, r.lock);
+    }
     if (c.head)
         res.content_length(r.size);
     else
@@ -803,7 +819,7 @@ response txn_failure(const call& c, const store::txn_result& r,
     case errc::lock_mismatch:
         if (!op)
             break;
-        return with_op_index(lock_mismatch_response(op->key, r.lock), r.op_index);
+        return with_op_index(lock_mismatch_response(op->key, visible_lock(c, r.lock)), r.op_index);
     case errc::precondition_failed:
         if (!op)
             break;
@@ -873,6 +889,21 @@ checked<txn_defaults> txn_defaults_of(const request& req) {
     return {std::move(d), std::nullopt};
 }
 
+// A transaction of guards only (check, check_version) changes nothing: a retry cannot
+// apply it twice, so its Idempotency-Key is checked for form and neither claimed nor
+// recorded (a record would be storage held for a request that wrote nothing). Any other
+// transaction's key as on the other routes. (A coroutine of its own: a co_await inside a
+// conditional expression double-destroyed its temporary under GCC 12.)
+net::awaitable<checked<keyed>> txn_idempotency_of(const call& c, const request_identity& id,
+                                                  const std::vector<store::txn_op>& ops) {
+    const bool writes = std::any_of(ops.begin(), ops.end(), [](const store::txn_op& op) {
+        return op.op != store::txn_op::kind::check && op.op != store::txn_op::kind::check_version;
+    });
+    if (!writes)
+        co_return checked<keyed>{keyed{}, idempotency_key_problem(c.req)};
+    co_return co_await idempotency_of(c, id);
+}
+
 net::awaitable<response> post_transaction(call c) {
     auto defaults = txn_defaults_of(c.req);
     if (defaults.failure)
@@ -910,7 +941,7 @@ net::awaitable<response> post_transaction(call c) {
     // here was a stack-use-after-scope under ASan).
     const std::string lock_text = lock.value_or("");
     const auto id = identity_of(c, lock_text, token.value_or(0), {});
-    auto k = co_await idempotency_of(c, id);
+    auto k = co_await txn_idempotency_of(c, id, parsed.ops);
     if (k.failure)
         co_return std::move(*k.failure);
     // The ops hold what the store needs; the body is not kept while the store works.

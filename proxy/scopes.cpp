@@ -106,8 +106,15 @@ std::optional<std::string> forbidden_by_head(const client_scope& s, const reques
         return s.metrics
                    ? std::nullopt
                    : std::optional{who(s) + " may not read /metrics (needs \"metrics\": true)"};
-    case route::fences_list:  // filtered by the handler
-    case route::transactions: // every op checked once the body is parsed
+    case route::transactions:
+        // Every op is checked once the body is parsed; a client that may write no name
+        // has no transaction to commit, so its body is never read, parsed or recorded.
+        if (write && s.write_prefixes.empty())
+            return who(s) +
+                   " may not write any key or lock, and a transaction needs write scope (read "
+                   "keys and fences with GET)";
+        return std::nullopt;
+    case route::fences_list: // filtered by the handler
     case route::healthz:
     case route::readyz:
     case route::not_found:

@@ -40,12 +40,13 @@ client_scope make_scope(std::string name, std::vector<std::string> write_prefixe
 // The 403 decided from the head (docs/api.md#order-of-checks, step 4): why the caller may
 // not make this request, or nullopt. A target that did not match (404, 405, a bad name or
 // query) is not refused here: the handler refuses it without touching anything. Nor are
-// the listings (filtered by the handler) or POST /v1/transactions (its ops are checked once
-// the body is parsed, before any is applied).
+// the listings (filtered by the handler). POST /v1/transactions is refused here only when
+// the client may write no name at all; its ops are checked once the body is parsed,
+// before any is applied.
 //   resource GET/HEAD: read the key. PUT/DELETE: write the key and every Fencing-Lock
 //   given (none: the key is the lock). fence GET/HEAD: read the lock; PUT: write it.
-//   PUT /v1/floors: admin. POST operation: write every Fencing-Lock given. /metrics:
-//   metrics.
+//   PUT /v1/floors: admin. POST operation: write every Fencing-Lock given. POST
+//   transactions: some write prefix. /metrics: metrics.
 std::optional<std::string> forbidden_by_head(const client_scope& s, const request& head,
                                              const route_match& target);
 

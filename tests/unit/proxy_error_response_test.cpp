@@ -116,6 +116,17 @@ TEST_CASE("errors: bodies with extra members") {
         CHECK(b["key"] == "k");
         CHECK(b["lock"] == "owner");
     }
+    SUBCASE("lock_mismatch with the lock redacted") {
+        // The caller may not read the key's lock: neither a member nor the message names it.
+        auto res = lock_mismatch_response("k", std::nullopt);
+        CHECK(res.result_int() == 409);
+        auto b = body_of(res);
+        CHECK(b["error"] == "lock_mismatch");
+        CHECK(b["key"] == "k");
+        CHECK_FALSE(b.contains("lock"));
+        CHECK(b["message"].get<std::string>().find("outside this client's read scope") !=
+              std::string::npos);
+    }
     SUBCASE("precondition_failed") {
         // Worded here for both stores, which return only the code.
         auto res = precondition_failed_response("k");

@@ -1,6 +1,7 @@
 #include "proxy/handlers.hpp"
 
 #include "backends/log/logging.hpp"
+#include "proxy/scopes.hpp"
 #include "tests/support/memory_store.hpp"
 
 #include <doctest/doctest.h>
@@ -29,6 +30,7 @@ namespace {
 struct fixture {
     fk::test::memory_store store;
     fk::config::settings settings;
+    std::shared_ptr<const fk::proxy::client_scope> scope; // null: no scoped clients
 
     fixture() {
         // Stale writes and injected store errors log by design; keep test output quiet.
@@ -39,6 +41,7 @@ struct fixture {
     response send(request req) {
         net::io_context io;
         fk::proxy::handler_context ctx{store, settings, "127.0.0.1:4242", {}};
+        ctx.scope = scope;
         std::optional<response> out;
         net::co_spawn(io, fk::proxy::handle_request(ctx, std::move(req)),
                       [&](std::exception_ptr e, response r) {
@@ -249,6 +252,39 @@ TEST_CASE("handlers: a key belongs to its lock") {
     CHECK(error_of(f.put("k", "100", "y")) == "lock_mismatch");
     auto d = f.send(verb::delete_, "/v1/resources/k", {{"Fencing-Token", "100"}});
     CHECK(error_of(d) == "lock_mismatch");
+}
+
+TEST_CASE("handlers: a lock the scoped caller may not read is never named") {
+    fixture f;
+    REQUIRE(f.put("s/k", "7", "x", {{"Fencing-Lock", "g/private"}}).result_int() == 201);
+    // delta writes s/ only: the key is its to read and write, the key's lock is not.
+    f.scope = std::make_shared<const fk::proxy::client_scope>(
+        fk::proxy::make_scope("delta", {"s/"}, {}, false, false));
+    for (auto method : {verb::get, verb::head}) {
+        auto r = f.send(method, "/v1/resources/s/k");
+        CHECK(r.result_int() == 200);
+        CHECK(r.find("Fencing-Lock") == r.end());
+        CHECK(r.find("Fencing-Token") == r.end());
+        CHECK(field(r, "ETag") == "\"1\"");
+    }
+    auto writes = {f.put("s/k", "8"), f.put("s/k", "8", "y", {{"Fencing-Lock", "s/mine"}}),
+                   f.send(verb::delete_, "/v1/resources/s/k", {{"Fencing-Token", "8"}})};
+    for (const auto& r : writes) {
+        CHECK(r.result_int() == 409);
+        auto j = json_of(r);
+        CHECK(j["error"] == "lock_mismatch");
+        CHECK(j["key"] == "s/k");
+        CHECK_FALSE(j.contains("lock"));
+        CHECK_FALSE(contains(r.body(), "g/private"));
+    }
+    // A caller that may read the lock sees it, as without scopes.
+    f.scope = std::make_shared<const fk::proxy::client_scope>(
+        fk::proxy::make_scope("gamma", {"s/", "g/"}, {}, false, false));
+    auto r = f.send(verb::get, "/v1/resources/s/k");
+    CHECK(field(r, "Fencing-Lock") == "g/private");
+    CHECK(field(r, "Fencing-Token") == "7");
+    CHECK(json_of(f.put("s/k", "8"))["lock"] == "g/private");
+    CHECK(f.store.body_of("s/k") == "x");
 }
 
 TEST_CASE("handlers: Fencing-Lock validation") {

@@ -102,7 +102,18 @@ TEST_CASE("scopes: the head decides resources, fences, floors, operations, metri
     CHECK(forbidden(alpha, v::get, "/metrics"));
     CHECK_FALSE(forbidden(make_scope("m", {}, {}, true, false), v::get, "/metrics"));
 
-    // Not decided here: the probes, transactions (per op), and targets that fail to match.
+    // A transaction needs some write prefix, from the head: a client that may write
+    // nothing (metrics only, read only, admin only) never has its body read.
+    for (const auto& s :
+         {make_scope("m", {}, {}, true, false), make_scope("r", {}, {"shared/"}, false, false),
+          make_scope("o", {}, {}, false, true)}) {
+        auto why = forbidden(s, v::post, "/v1/transactions");
+        REQUIRE(why);
+        CHECK(why->find("may not write any key or lock") != std::string::npos);
+    }
+
+    // Not decided here: the probes, a writer's transactions (per op), and targets that
+    // fail to match.
     CHECK_FALSE(forbidden(alpha, v::get, "/healthz"));
     CHECK_FALSE(forbidden(alpha, v::post, "/v1/transactions"));
     CHECK_FALSE(forbidden(alpha, v::get, "/v1/nothing"));
