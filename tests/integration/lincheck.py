@@ -52,17 +52,27 @@ Choices worth knowing:
     timestamp cannot be ordered from the record; treating them as concurrent can only
     accept more, never report an order that did not happen.
   - An unknown op's `ret`, if set, is ignored: its effect may land after it.
-  - Pruning, each sound (it never removes the last way to linearize a history):
+  - Pruning, each sound (it never removes the last way to linearize a history;
+    test_lincheck.py checks the result against a brute-force search):
       * a read or a 409 that is minimal (may go next) and agrees with the current
         state is placed at once without trying alternatives: neither changes the
         state, and nothing unplaced has to come before it;
-      * acknowledged writes are placed in non-decreasing token order: once F = t, an
-        acknowledged write with a lower token can never be placed again;
-      * an unknown write is tried only when it would change the state (not when
-        t < F, nor when it would be a no-op) and only with a token no higher than
-        every acknowledged write still to be placed;
+      * ceilings: F and the versions only grow, so no write may take F above the
+        token of an acknowledged write still to place (acknowledged writes go in
+        token order), nor above a read_fence answer or (exact mode) a 409's
+        current_token still to place; no unknown put may take a version above one
+        that an answer still to place shows;
+      * an unknown write is tried only when it changes the state (not when t < F,
+        nor when it is a no-op), keeps the ceilings, does not leave a key absent
+        (or present) when an op still to place needs otherwise and no write that
+        could change it back was called in time; of unknown writes alike in kind,
+        key, token and body only the earliest-called is tried (they are
+        interchangeable), and bodies no read returns count as one body;
       * unknown writes are tried after the definite ones at each step, so that they
         are linearized as late as needed (often never).
+    Accepting a linearizable history is quick (the search rarely backtracks).
+    Refuting one can take long when many unknown writes share a token: each of them
+    may or may not have landed in many places; time_budget then ends it.
   - time_budget bounds the search (seconds). When it runs out the answer is neither
     proof nor refutation: Result.ok is True and Result.timed_out is set.
 """
@@ -576,11 +586,11 @@ def _search(ops, bounded, deadline):
     best = (0, state, bits, node)
     seen = set()
     stack = []
+    if n_definite == 0:
+        return True, None
     cands = candidates(state)
     ci = 0
     steps = 0
-    if n_definite == 0:
-        return True, None
     while True:
         steps += 1
         if steps & 1023 == 0 and time.monotonic() > deadline:
