@@ -27,6 +27,7 @@ fk.History (2xx = acknowledged, 409/503 = not applied, 504 and errors = unknown)
     come back once it takes writes again.
 """
 
+import contextlib
 import json
 import os
 import random
@@ -473,6 +474,10 @@ def test_read_only_server_is_never_written():
                 fk.check(r.status == 503, "write to a read-only primary: %d %r" % (r.status, r.body[:200]))
             fk.eq(pair.psql(pr, "SELECT count(*) FROM \"%s\".resources WHERE key LIKE 'ro/b%%'" % schema),
                   ["0"], "rows written while read-only")
+            # As above: the log line comes from a background thread; wait for it.
+            with contextlib.suppress(Exception):
+                p.wait_log(lambda o: o.get("msg") == "postgres server is read-only; connection dropped",
+                           timeout=10)
             text = p.stderr_text()
             dropped = [l for l in text.splitlines() if "postgres server is read-only; connection dropped" in l]
             fk.check(dropped, "no 'connection dropped' log line:\n%s" % text[-2000:])
