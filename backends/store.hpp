@@ -159,7 +159,7 @@ struct operation_request {
     std::string lock;
     token_t token = 0;
     // Text-format parameters ($1..$n); nullopt is SQL NULL.
-    std::vector<std::optional<std::string>> params;
+    text_params params;
     std::optional<idempotency> idem;
 };
 
@@ -258,6 +258,13 @@ public:
     virtual std::optional<std::size_t> operation_param_count(const std::string& name) const {
         (void)name;
         return std::nullopt;
+    }
+    // Whether operation `name` is configured (the Postgres store: from the config, fixed at
+    // start): the HTTP side keeps no parameters of a transaction that names one that is
+    // not, which the store refuses before anything else. From any thread.
+    virtual bool has_operation(const std::string& name) const {
+        (void)name;
+        return false;
     }
 
     // /readyz: the store can take requests now.

@@ -7,6 +7,7 @@
 // The results are rendered once, by render_txn_results, so that an Idempotency-Key record
 // can keep the very text a replay returns.
 
+#include "backends/text_params.hpp"
 #include "fence/error.hpp"
 #include "fence/rule.hpp"
 #include "fence/token.hpp"
@@ -38,8 +39,8 @@ struct txn_op {
     // check_version: the version the key must have now (> 0), or nullopt for "absent":
     // the key has no row or is deleted.
     std::optional<std::int64_t> version;
-    std::string name;                               // operation: the configured name
-    std::vector<std::optional<std::string>> params; // operation: $1..$n as text, nullopt NULL
+    std::string name;   // operation: the configured name
+    text_params params; // operation: $1..$n as text, nullopt NULL
 };
 
 std::string_view to_string(txn_op::kind k) noexcept;

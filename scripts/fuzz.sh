@@ -3,7 +3,7 @@
 # runs one or all of them for SECONDS each, on a temporary copy of the committed seed
 # corpus so that the repository is never written to.
 #
-#   scripts/fuzz.sh TARGET SECONDS     TARGET: token, names, config, request (or fuzz_NAME)
+#   scripts/fuzz.sh TARGET SECONDS     TARGET: token, names, config, request, txn_body (or fuzz_NAME)
 #   scripts/fuzz.sh all SECONDS        every target that exists, one after the other
 #   scripts/fuzz.sh list               the targets this checkout can build
 #

@@ -94,9 +94,8 @@ net::awaitable<operation_result> operations::run_on(detail::connection& c, const
     if (auto answer = co_await ready_on(c, op, req.params.size()))
         co_return std::move(*answer);
     const auto fence_params = sql::op_fence_params(req.lock, req.token);
-    const auto user_params = sql::op_params(req.params);
     const std::vector<detail::pipeline_step> steps{{sql::name::op_fence, &fence_params},
-                                                   {op.statement.c_str(), &user_params}};
+                                                   {op.statement.c_str(), nullptr, &req.params}};
     auto o = co_await c.exec_pipeline(steps, timeout_);
     co_return map_operation(o, req.token, op.expose_errors);
 }
@@ -114,10 +113,9 @@ operations::run_keyed_on(detail::connection& c, const entry& op, const operation
         co_return std::move(*answer);
     static const sql::param_list none;
     const auto fence_params = sql::op_fence_params(req.lock, req.token);
-    const auto user_params = sql::op_params(req.params);
     const std::vector<detail::pipeline_step> steps{{sql::name::begin, &none},
                                                    {sql::name::op_fence, &fence_params},
-                                                   {op.statement.c_str(), &user_params}};
+                                                   {op.statement.c_str(), nullptr, &req.params}};
     auto o = co_await c.exec_pipeline(steps, timeout_);
     // Nothing commits before our COMMIT: a lost or timed-out exchange is definite (the
     // connection is dropped and the server rolls back).

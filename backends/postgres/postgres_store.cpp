@@ -254,6 +254,9 @@ public:
     std::optional<std::size_t> operation_param_count(const std::string& name) const override {
         return ops_->param_count(name);
     }
+    bool has_operation(const std::string& name) const override {
+        return ops_->find(name) != nullptr;
+    }
 
     net::awaitable<operation_result> run_operation(operation_request req) override {
         const pg::operations::entry* op = ops_->find(req.name);

@@ -218,15 +218,12 @@ net::awaitable<txn_attempt> run_txn_on(detail::connection& c, operations& ops,
     // The operations' statements, in op order, after every op's checks passed. The first
     // that fails aborts the rest.
     // op_at: the op whose statement each result of this exchange is (none for the first).
-    std::vector<sql::param_list> held;
-    held.reserve(req.ops.size()); // the steps point into it
     std::vector<detail::pipeline_step> run{{sql::name::txn_restore_settings, &none}};
     std::vector<std::optional<std::size_t>> op_at{std::nullopt};
     for (std::size_t i = 0; i < req.ops.size(); ++i) {
         if (!entries[i])
             continue;
-        held.push_back(sql::op_params(req.ops[i].params));
-        run.push_back({entries[i]->statement.c_str(), &held.back()});
+        run.push_back({entries[i]->statement.c_str(), nullptr, &req.ops[i].params});
         op_at.push_back(i);
     }
     if (op_at.size() > 1) {

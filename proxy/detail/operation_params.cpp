@@ -29,7 +29,7 @@ public:
     params_handler(std::optional<std::size_t> takes, std::string_view name)
         : limit_(takes.value_or(max_statement_params)), known_(takes.has_value()), name_(name) {}
 
-    std::vector<std::optional<std::string>> values;
+    store::text_params values;
     std::string error;
 
     bool finish() {
@@ -257,10 +257,14 @@ bool param_value::close(char c) {
 operation_params parse_operation_params(std::string_view body, std::optional<std::size_t> takes,
                                         std::string_view name) {
     params_handler h{takes, name};
+    // Each parameter's text and its NUL take no more than its JSON and the comma or bracket
+    // after it: the body's size is room for all of them, and none is allocated twice.
+    h.values.reserve(body.size());
     operation_params out;
-    if (json::sax_parse(body.begin(), body.end(), &h) && h.finish())
+    if (json::sax_parse(body.begin(), body.end(), &h) && h.finish()) {
         out.values = std::move(h.values);
-    else
+        out.values.shrink_to_fit();
+    } else
         out.error = h.error.empty() ? std::string{shape} : std::move(h.error);
     return out;
 }

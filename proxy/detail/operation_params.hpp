@@ -6,6 +6,8 @@
 // client sends after it. The conversion of one parameter (param_value) is shared with
 // the `operation` ops of POST /v1/transactions (proxy/detail/txn_body.hpp).
 
+#include "backends/text_params.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -25,8 +27,8 @@ inline constexpr std::size_t max_statement_params = 65535;
 inline constexpr std::size_t max_params_depth = 32;
 
 struct operation_params {
-    std::vector<std::optional<std::string>> values; // when error is empty
-    std::string error;                              // why the body is refused (→ 400)
+    store::text_params values; // when error is empty
+    std::string error;         // why the body is refused (→ 400)
 };
 
 // `takes`: the statement's parameter count, or nullopt while it is not known (then at

@@ -135,7 +135,10 @@ struct op_fields {
     std::optional<fence::token_t> token;
     std::optional<std::string> body; // body, or body_base64 decoded
     bool absent = false;
-    txn_op op; // key, lock, content_type, pre, version, name, params as given
+    txn_op op; // key, lock, content_type, pre, version, name, params as given (and kept)
+    std::size_t count = 0;            // the parameters read
+    std::optional<std::size_t> takes; // the operation's count, when the store knows it
+    bool dropped = false;             // none of its parameters is kept
 };
 
 // SAX events → ops. Depth 1 is the body's object, 2 the ops array, 3 an op, 4 an
@@ -216,7 +219,8 @@ public:
         case 3:
             if (field_ != field::params)
                 return wrong_type("an array");
-            cur_.op.params.clear();
+            cur_.op.params.release();
+            cur_.count = 0;
             depth_ = 4;
             return true;
         default:
@@ -329,19 +333,51 @@ private:
         if (depth_ < 4)
             return fail(std::string{shape}); // never: the cases above handle depth < 4
         if (!in_param_) {
-            if (cur_.op.params.size() >= max_statement_params)
+            if (cur_.count >= max_statement_params)
                 return fail_here("more than " + count_of(max_statement_params) +
                                  " (PostgreSQL's limit for a statement)");
-            param_.begin(cur_.op.params.size() + 1);
+            if (cur_.takes && cur_.count >= *cur_.takes)
+                drop_params(); // refused at the op's end, for its count
+            param_.begin(cur_.count + 1);
             in_param_ = true;
         }
         if (!event())
             return fail_here(std::move(param_.error));
         if (param_.done()) {
-            cur_.op.params.push_back(param_.take());
+            auto v = param_.take();
+            if (keeps_params())
+                cur_.op.params.push_back(v);
+            ++cur_.count;
             in_param_ = false;
         }
         return true;
+    }
+
+    // The op's parameters are kept while it can still run: not once its count is wrong,
+    // nor once any op names an operation the store does not have.
+    bool keeps_params() const noexcept { return !cur_.dropped && !out.unknown_operation; }
+    void drop_params() noexcept {
+        cur_.dropped = true;
+        cur_.op.params.release();
+    }
+
+    // The op's name is known: refuses to keep what cannot run.
+    void named(const std::string& name) {
+        if (!rules_.operations)
+            return;
+        if (rules_.known && !rules_.known(name)) {
+            if (!out.unknown_operation) {
+                out.unknown_operation = out.ops.size();
+                for (auto& op : out.ops)
+                    op.params.release();
+            }
+            drop_params();
+            return;
+        }
+        if (rules_.param_count)
+            cur_.takes = rules_.param_count(name);
+        if (cur_.takes && cur_.count > *cur_.takes)
+            drop_params();
     }
 
     bool op_number(std::uint64_t v) {
@@ -388,6 +424,7 @@ private:
             if (fence::validate_lock_name(v) != errc::ok)
                 return wrong_type("'" + excerpt(v) + "'");
             op.name = std::move(v);
+            named(op.name);
             return true;
         case field::token: {
             auto t = fence::parse_token(v);
@@ -498,12 +535,11 @@ private:
         if (kind == txn_op::kind::operation) {
             if (!rules_.operations)
                 return fail_here("operation ops need the postgres store");
-            if (rules_.param_count) {
-                auto takes = rules_.param_count(op.name);
-                if (takes && *takes != op.params.size())
-                    return fail_here("operation '" + op.name + "' takes " + count_of(*takes) +
-                                     ", got " + std::to_string(op.params.size()));
-            }
+            // The count as named() learnt it: the store's, asked once per op.
+            if (cur_.takes && *cur_.takes != cur_.count)
+                return fail_here("operation '" + op.name + "' takes " + count_of(*cur_.takes) +
+                                 ", got " + std::to_string(cur_.count));
+            op.params.shrink_to_fit();
         }
         out.ops.push_back(std::move(op));
         return true;
@@ -571,6 +607,7 @@ txn_body parse_txn_body(std::string_view body, const txn_body_rules& rules) {
     if (!json::sax_parse(body.begin(), body.end(), &h) || !h.finish()) {
         auto out = std::move(h.out);
         out.ops.clear();
+        out.unknown_operation.reset();
         if (out.message.empty()) {
             out.error = errc::invalid_request;
             out.message = std::string{shape};
@@ -583,7 +620,16 @@ txn_body parse_txn_body(std::string_view body, const txn_body_rules& rules) {
         out.error = errc::invalid_request;
         out.op_index = bad->op_index;
         out.message = std::move(bad->message);
+        out.unknown_operation.reset();
     }
+    // A string's heap block, when it has one (short strings live inside the op).
+    auto heap = [](const std::string& s) {
+        return s.capacity() > std::string{}.capacity() ? s.capacity() + 1 : 0;
+    };
+    out.held_bytes = out.ops.capacity() * sizeof(txn_op);
+    for (const auto& op : out.ops)
+        out.held_bytes += op.params.held_bytes() + heap(op.body) + heap(op.key) + heap(op.lock) +
+                          heap(op.name) + heap(op.content_type);
     return out;
 }
 

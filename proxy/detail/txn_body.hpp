@@ -4,7 +4,11 @@
 // Pure and thread-agnostic. One pass of nlohmann's SAX parser and no JSON tree, so a
 // duplicate key is seen (a tree keeps the last one silently), numbers in an operation's
 // params keep their own text (proxy/detail/operation_params.hpp, param_value), and
-// parsing stops at the first op beyond the op limit.
+// parsing stops at the first op beyond the op limit. What it keeps is a small multiple of
+// the body (docs/operations.md, "Memory"): parameters packed (store::text_params), and
+// none at all of an op whose parameter count is already wrong, nor of any op once one
+// names an operation the store does not have: such a transaction is refused, and the
+// rest of the body is only read for the refusals that come first.
 
 #include "backends/txn.hpp"
 #include "fence/error.hpp"
@@ -35,6 +39,9 @@ struct txn_body_rules {
     // refused too. param_count is called from the parsing thread.
     bool operations = false;
     std::function<std::optional<std::size_t>(const std::string&)> param_count;
+    // Whether the store has operation `name` (store::has_operation); unset: every name
+    // counts as known. Called from the parsing thread.
+    std::function<bool(const std::string&)> known;
 };
 
 struct txn_body {
@@ -43,6 +50,12 @@ struct txn_body {
     std::string message;
     // The op the error is about (absent: the body as a whole, e.g. not JSON).
     std::optional<std::size_t> op_index;
+    // When error == ok: the first op naming an operation that rules.known does not know.
+    // The store refuses such a transaction before anything else (400 invalid_request,
+    // "no operation 'NAME'", this op_index); the ops hold no parameters then.
+    std::optional<std::size_t> unknown_operation;
+    // The bytes the ops hold (their strings' and parameters' capacity, and the vector).
+    std::size_t held_bytes = 0;
 };
 
 // Refused, with op_index when one op is at fault: anything but an object whose one key
@@ -52,7 +65,9 @@ struct txn_body {
 // a missing token or lock (neither in the op nor in the headers), not exactly one of
 // body / body_base64 (put) or version / absent (check_version), malformed base64, a
 // content_type with control characters; nesting deeper than max_params_depth; more than
-// max_ops ops; then whatever store::validate_txn refuses.
+// max_ops ops; then whatever store::validate_txn refuses. An operation naming a name
+// rules.known does not know is not refused here (the checks that come before the store's,
+// scopes and Idempotency-Key, still answer first): see unknown_operation.
 txn_body parse_txn_body(std::string_view body, const txn_body_rules& rules);
 
 // Strict base64 (RFC 4648 §4, the standard alphabet): padded to a multiple of 4, no

@@ -151,6 +151,9 @@ public:
     std::optional<std::size_t> operation_param_count(const std::string& name) const override {
         return inner_.operation_param_count(name);
     }
+    bool has_operation(const std::string& name) const override {
+        return inner_.has_operation(name);
+    }
     net::awaitable<st::operation_result> run_operation(st::operation_request req) override {
         auto c = begin(call_kind::operation, {}, req.lock, req.token);
         auto r = co_await inner_.run_operation(std::move(req));

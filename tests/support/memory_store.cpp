@@ -37,6 +37,11 @@ std::optional<std::size_t> memory_store::operation_param_count(const std::string
     return it == param_counts_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
 }
 
+bool memory_store::has_operation(const std::string& name) const {
+    std::lock_guard lock{mu_};
+    return operations_.count(name) != 0;
+}
+
 void memory_store::fail_next(errc e, int count) {
     std::lock_guard lock{mu_};
     fail_with_ = e;

@@ -47,6 +47,7 @@ public:
     net::awaitable<fk::store::operation_result>
     run_operation(fk::store::operation_request req) override;
     std::optional<std::size_t> operation_param_count(const std::string& name) const override;
+    bool has_operation(const std::string& name) const override;
 
     bool ready() const noexcept override { return ready_.load(); }
     void stop() override;

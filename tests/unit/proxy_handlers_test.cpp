@@ -27,6 +27,14 @@ using headers = std::vector<std::pair<std::string, std::string>>;
 
 namespace {
 
+// An operation's parameters as the store received them.
+std::vector<std::optional<std::string>> as_vector(const fk::store::text_params& params) {
+    std::vector<std::optional<std::string>> out;
+    for (auto v : params)
+        out.push_back(v ? std::optional<std::string>{*v} : std::nullopt);
+    return out;
+}
+
 struct fixture {
     fk::test::memory_store store;
     fk::config::settings settings;
@@ -496,7 +504,7 @@ TEST_CASE("handlers: operations") {
 
     std::vector<std::optional<std::string>> seen;
     f.store.add_operation("credit", [&](const fk::store::operation_request& o) {
-        seen = o.params;
+        seen = as_vector(o.params);
         fk::store::operation_result r;
         r.rows_affected = 1;
         r.rows_json = R"([{"balance":10}])";
@@ -581,7 +589,7 @@ TEST_CASE("handlers: operations") {
         f.store.add_operation(
             "one",
             [&](const fk::store::operation_request& o) {
-                seen = o.params;
+                seen = as_vector(o.params);
                 return fk::store::operation_result{};
             },
             1);

@@ -18,7 +18,10 @@ values ok(const std::string& body, std::optional<std::size_t> takes = std::nullo
     auto p = parse_operation_params(body, takes, "op");
     CAPTURE(body);
     CHECK(p.error == "");
-    return p.values;
+    values out;
+    for (auto v : p.values)
+        out.push_back(v ? std::optional<std::string>{*v} : std::nullopt);
+    return out;
 }
 
 std::string err(const std::string& body, std::optional<std::size_t> takes = std::nullopt) {

@@ -456,7 +456,7 @@ net::awaitable<exec_outcome> connection::exec_pipeline(const std::vector<pipelin
         co_return unsent_failure();
     arm_deadline(timeout);
     for (const auto& step : steps) {
-        sql::param_arrays a(*step.params);
+        const auto a = step.text ? sql::param_arrays(*step.text) : sql::param_arrays(*step.params);
         if (PQsendQueryPrepared(c, step.statement, a.size(), a.values.data(), a.lengths.data(),
                                 a.formats.data(), 0) == 0) {
             disarm_deadline();

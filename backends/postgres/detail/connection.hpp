@@ -31,10 +31,13 @@ struct pg_conn_closer {
     void operator()(pg_conn* c) const noexcept;
 };
 
-// One statement of a pipeline: a prepared statement and its parameters.
+// One statement of a pipeline: a prepared statement and its parameters: `params`, or
+// an operation's own parameters, sent from where the request holds them (`text`, when
+// set; no copy of them is made).
 struct pipeline_step {
     const char* statement;
     const sql::param_list* params;
+    const fk::store::text_params* text = nullptr;
 };
 
 class connection : public std::enable_shared_from_this<connection> {

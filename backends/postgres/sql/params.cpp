@@ -200,12 +200,4 @@ param_list op_fence_params(std::string_view lock, token_t token) {
     return advance_params(lock, token);
 }
 
-param_list op_params(const std::vector<std::optional<std::string>>& values) {
-    param_list out;
-    out.reserve(values.size());
-    for (const auto& v : values)
-        out.push_back(v ? param::of(*v) : param::null());
-    return out;
-}
-
 } // namespace fk::store::pg::sql

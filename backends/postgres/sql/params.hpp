@@ -60,6 +60,16 @@ struct param_arrays {
             }
         }
     }
+    // An operation's parameters, in text format, pointing into `params`.
+    explicit param_arrays(const fk::store::text_params& params) {
+        values.reserve(params.size());
+        lengths.reserve(params.size());
+        formats.assign(params.size(), 0);
+        for (auto it = params.begin(); it != params.end(); ++it) {
+            values.push_back(it.c_str());
+            lengths.push_back(it.c_str() ? static_cast<int>(it.length()) : 0);
+        }
+    }
     int size() const noexcept { return static_cast<int>(values.size()); }
 };
 
@@ -80,7 +90,6 @@ struct bound_statement {
 // whether there is a next page.
 bound_statement list_params(const list_request& req);
 param_list op_fence_params(std::string_view lock, token_t token);
-param_list op_params(const std::vector<std::optional<std::string>>& values);
 
 // One write of a batch, viewing the request (which outlives the exchange).
 struct batch_item {
