@@ -856,7 +856,8 @@ response txn_failure(const call& c, const store::txn_result& r,
 // The coroutine parse_pool runs: its arguments live in its own frame. It was a coroutine
 // lambda with the rules as a capture, and our GCC 12 build aborted destroying it
 // (`free(): invalid pointer`) after every transaction above inline_parse_bytes with a
-// Fencing-Lock header: one request took the process down.
+// Fencing-Lock header: one request took the process down (test_hostile_memory.py and
+// test_hostile_disk.py send such bodies).
 net::awaitable<detail::txn_body> parse_txn_there(std::string_view body,
                                                  detail::txn_body_rules rules) {
     co_return detail::parse_txn_body(body, rules);

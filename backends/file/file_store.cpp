@@ -140,6 +140,7 @@ file_store::open(net::io_context& io, const std::string& root, const file_store_
     if (auto err = s->replay_redo())
         return *err;
     s->committer_ = std::thread([p = s.get()] { p->committer_main(); });
+    s->reclaimer_ = std::thread([p = s.get()] { p->reclaimer_main(); });
     s->flusher_ = std::thread([p = s.get()] { p->flusher_main(); });
     s->checkpointer_ = std::thread([p = s.get()] { p->checkpointer_main(); });
     if (!s->clean_start_) {
@@ -267,23 +268,36 @@ net::awaitable<write_result> file_store::stage_and_submit(std::unique_ptr<pendin
         std::move(init), net::use_awaitable, std::move(p), std::move(body));
 }
 
-void file_store::stage_then_enqueue(std::unique_ptr<pending> item, std::string& body) {
+void file_store::stage_then_enqueue(std::unique_ptr<pending> item, std::string& body,
+                                    bool on_lane) {
     write_result r;
+    std::size_t budget = stage_dir_budget;
     try {
-        r = stage_put(*item, body);
+        r = stage_put(*item, body, true, on_lane ? nullptr : &budget);
     } catch (const std::exception& e) {
-        abandon_staged(*item);
         r = {};
         r.error = errc::internal;
         r.message = e.what();
     }
-    if (r.error != errc::ok) {
+    if (item->over_budget) {
+        // Its directories are made on the lane, one request at a time: the pool stays free
+        // for everyone else, and the committer no longer gathers for it.
+        item->over_budget = false;
         staging_done();
+        net::post(dir_lane_, [this, item = std::move(item), data = std::move(body)]() mutable {
+            stage_then_enqueue(std::move(item), data, true);
+        });
+        return;
+    }
+    if (r.error != errc::ok) {
+        abandon_staged(*item); // its body, its claim and the directories it made
+        if (!on_lane)
+            staging_done();
         item->result = std::move(r);
         reply(*item);
         return;
     }
-    enqueue(std::move(item), true);
+    enqueue(std::move(item), !on_lane);
 }
 
 void file_store::staging_done() {
@@ -380,7 +394,8 @@ net::awaitable<write_result> file_store::keyed_submit(std::unique_ptr<pending> p
         std::move(init), net::use_awaitable, std::move(p), std::move(body));
 }
 
-write_result file_store::stage_put(pending& p, std::string& body, bool direct_ok) {
+write_result file_store::stage_put(pending& p, std::string& body, bool direct_ok,
+                                   std::size_t* budget) {
     if (!usable())
         return unavailable("file store is not available");
     // No read of the index here: the committer decides every write against it, and a
@@ -391,8 +406,14 @@ write_result file_store::stage_put(pending& p, std::string& body, bool direct_ok
     {
         // Shared: no empty directory is removed between opening it and creating in it.
         std::shared_lock structure(objects_.structure());
-        if (int err = objects_.open_dir(p.path, true, p.dir); err != 0)
+        if (int err = objects_.open_dir(p.path, true, p.dir, &p.made_from, budget); err != 0) {
+            p.dir.reset();
+            if (err == objects_dir::over_budget) {
+                p.over_budget = true;
+                return {};
+            }
             return unavailable(errno_text("creating the key's directory", err));
+        }
         // A key without a body gets its body written in place: no temp file, no rename
         // (two directory changes fewer per write; docs/file-store.md, "Write sequence").
         // The claim keeps every other write of the key away from that path; EEXIST means a
@@ -455,6 +476,7 @@ void file_store::release_claims(const std::vector<std::string>& keys) {
 
 void file_store::abandon_staged(pending& p) {
     drop_staged(p);
+    reclaim_made_dirs(p);
     std::vector<std::string> keys;
     held_claims(p, keys);
     release_claims(keys);
@@ -463,6 +485,18 @@ void file_store::abandon_staged(pending& p) {
         for (auto& part : p.txn->parts)
             part.direct = false;
     p.direct = false;
+}
+
+void file_store::reclaim_made_dirs(pending& p) {
+    if (p.txn) {
+        for (auto& part : p.txn->parts)
+            reclaim_made_dirs(part);
+        return;
+    }
+    if (p.made_from == std::string::npos)
+        return;
+    objects_.reclaim_empty(p.path, p.path.dirs.size() - p.made_from);
+    p.made_from = std::string::npos;
 }
 
 void file_store::held_claims(const pending& p, std::vector<std::string>& keys) {
@@ -694,30 +728,47 @@ net::awaitable<txn_result> file_store::submit_txn(std::unique_ptr<pending> t,
 }
 
 void file_store::stage_txn_then_enqueue(std::unique_ptr<pending> t,
-                                        std::vector<std::string>& bodies) {
+                                        std::vector<std::string>& bodies, bool on_lane) {
     write_result r;
     auto& parts = t->txn->parts;
+    // One budget for the whole transaction on the pool; on the lane, none. Parts staged
+    // before it moved to the lane (their directory is open) are not staged again.
+    std::size_t budget = stage_dir_budget;
+    bool over = false;
     for (std::size_t i = 0; i < parts.size() && r.error == errc::ok; ++i) {
-        if (parts[i].op != pending::kind::put)
+        if (parts[i].op != pending::kind::put || parts[i].dir)
             continue;
         // A new key's body in place, as for a single put (docs/file-store.md,
         // "Transactions": the batch moves it aside if the transaction has to wait).
         try {
-            r = stage_put(parts[i], bodies[i]);
+            r = stage_put(parts[i], bodies[i], true, on_lane ? nullptr : &budget);
         } catch (const std::exception& e) {
             r = {};
             r.error = errc::internal;
             r.message = e.what();
         }
+        if (parts[i].over_budget) {
+            parts[i].over_budget = false;
+            over = true;
+            break;
+        }
+    }
+    if (over && r.error == errc::ok) {
+        staging_done();
+        net::post(dir_lane_, [this, t = std::move(t), data = std::move(bodies)]() mutable {
+            stage_txn_then_enqueue(std::move(t), data, true);
+        });
+        return;
     }
     if (r.error != errc::ok) {
-        abandon_staged(*t); // every body staged so far, and its claims
-        staging_done();
+        abandon_staged(*t); // every body staged so far, its claims and its directories
+        if (!on_lane)
+            staging_done();
         set_failure(*t, r.error, std::move(r.message));
         reply(*t);
         return;
     }
-    enqueue(std::move(t), true);
+    enqueue(std::move(t), !on_lane);
 }
 
 object_result file_store::read_object(const std::string& key, bool with_body) {

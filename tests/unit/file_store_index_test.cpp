@@ -468,6 +468,56 @@ TEST_CASE("objects_dir: directories are created as needed and reclaimed only whe
     ::close(root);
 }
 
+TEST_CASE("objects_dir: a budget bounds the directories one call makes, and made_from says "
+          "which ones to take back") {
+    temp_dir d;
+    const int root = ::open(d.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(root >= 0);
+    objects_dir objects;
+    REQUIRE(objects.open(root, [](std::string_view, int) {}) == 0);
+    std::shared_ptr<unique_fd> dir;
+    // a~ exists already: only b~ … f~ are new.
+    REQUIRE(objects.open_dir(*object_path_for("a/x"), true, dir) == 0);
+    std::size_t made_from = std::string::npos;
+    REQUIRE(objects.open_dir(*object_path_for("a/y"), true, dir, &made_from) == 0);
+    CHECK(made_from == std::string::npos);
+    const auto deep = *object_path_for("a/b/c/d/e/f/k");
+    std::size_t budget = 2;
+    CHECK(objects.open_dir(deep, true, dir, &made_from, &budget) == objects_dir::over_budget);
+    CHECK(budget == 0);
+    CHECK(made_from == 1); // b~ and c~ made, then it stopped
+    CHECK(std::filesystem::is_directory(d.path / "objects" / "a~" / "b~" / "c~"));
+    CHECK_FALSE(std::filesystem::exists(d.path / "objects" / "a~" / "b~" / "c~" / "d~"));
+    // Without a budget it goes on from there; made_from stays the outermost one made.
+    REQUIRE(objects.open_dir(deep, true, dir, &made_from) == 0);
+    CHECK(made_from == 1);
+    // Taking back what was made: b~ … f~ go, a~ (there before) stays.
+    objects.reclaim_empty(deep, deep.dirs.size() - made_from);
+    CHECK_FALSE(std::filesystem::exists(d.path / "objects" / "a~" / "b~"));
+    CHECK(std::filesystem::is_directory(d.path / "objects" / "a~"));
+    // A directory another write staged into stays, and so does everything above it.
+    REQUIRE(objects.open_dir(deep, true, dir) == 0);
+    const int fd = ::openat(dir->get(), "k", O_WRONLY | O_CREAT | O_EXCL, 0644);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    objects.reclaim_empty(deep, 5);
+    CHECK(std::filesystem::exists(d.path / "objects" / "a~" / "b~" / "c~" / "d~" / "e~" / "f~" /
+                                  "k"));
+    // 300 levels deep, removed whole (two descriptors at a time, through "..").
+    std::string key;
+    for (int i = 0; i < 300; ++i)
+        key += "z/";
+    key += "k";
+    const auto z = *object_path_for(key);
+    made_from = std::string::npos;
+    REQUIRE(objects.open_dir(z, true, dir, &made_from) == 0);
+    CHECK(made_from == 0);
+    dir.reset();
+    objects.reclaim_empty(z, z.dirs.size() - made_from);
+    CHECK_FALSE(std::filesystem::exists(d.path / "objects" / "z~"));
+    ::close(root);
+}
+
 TEST_CASE("index: the floors over a lock, read in one snapshot with its fence") {
     temp_dir d;
     index_writer w;

@@ -93,6 +93,52 @@ void file_store::reply(pending& p) {
     });
 }
 
+namespace {
+
+bool made_dirs(const pending& p) {
+    if (p.txn)
+        return std::any_of(p.txn->parts.begin(), p.txn->parts.end(),
+                           [](const pending& part) { return made_dirs(part); });
+    return p.made_from != std::string::npos;
+}
+
+} // namespace
+
+void file_store::answer_uncommitted(std::unique_ptr<pending> p) {
+    if (!made_dirs(*p)) {
+        reply(*p);
+        return;
+    }
+    {
+        std::lock_guard lock(reclaim_mutex_);
+        if (!reclaimer_exit_)
+            reclaim_queue_.push_back(std::move(p));
+    }
+    if (p) { // the reclaimer has exited (stop())
+        reclaim_made_dirs(*p);
+        reply(*p);
+        return;
+    }
+    reclaim_cv_.notify_one();
+}
+
+void file_store::reclaimer_main() {
+    std::unique_lock lock(reclaim_mutex_);
+    for (;;) {
+        reclaim_cv_.wait(lock, [&] { return !reclaim_queue_.empty() || reclaimer_exit_; });
+        if (reclaim_queue_.empty())
+            return; // exiting, nothing left to answer
+        auto p = std::move(reclaim_queue_.front());
+        reclaim_queue_.pop_front();
+        lock.unlock();
+        // Its files are gone (drop_staged): what its staging made is empty unless another
+        // write has staged there since, and then it stays.
+        reclaim_made_dirs(*p);
+        reply(*p);
+        lock.lock();
+    }
+}
+
 void file_store::enqueue(std::unique_ptr<pending> p, bool staged) {
     {
         std::lock_guard lock(queue_mutex_);
@@ -190,7 +236,7 @@ void file_store::committer_main() {
             for (auto& p : deferred_) {
                 drop_staged(*p);
                 set_failure(*p, errc::unavailable, "file store is stopped");
-                reply(*p);
+                answer_uncommitted(std::move(p));
             }
             deferred_.clear();
         }
@@ -257,9 +303,15 @@ void file_store::learn_committed(const batch_state& b, const std::vector<pending
 }
 
 void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
+    // An item that was not committed is answered once the directories its staging made
+    // are gone again (answer_uncommitted); a committed one at once.
     auto reply_all = [&] {
-        for (auto& p : batch)
-            reply(*p);
+        for (auto& p : batch) {
+            if (p->accepted)
+                reply(*p);
+            else
+                answer_uncommitted(std::move(p));
+        }
     };
     auto unlink_tmps = [&] {
         for (auto& p : batch)
@@ -345,7 +397,7 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
         batch.swap(now);
     }
     for (auto& p : unplace_failed)
-        reply(*p);
+        answer_uncommitted(std::move(p));
     if (batch.empty())
         return;
     commit_sizes_.observe(batch.size());

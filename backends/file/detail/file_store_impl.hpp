@@ -13,6 +13,10 @@
 //   lock's check-and-write atomic, commits, then renames bodies into place;
 // - the flusher thread syncfs()es after batches, so that their redo rows can go;
 // - the checkpointer thread copies the WAL into the index file (PASSIVE checkpoints);
+// - the directory lane (dir_lane_) stages requests that make more than stage_dir_budget
+//   new directories, so that they never hold pool_;
+// - the reclaimer thread removes the directories of writes that were not committed, then
+//   answers them;
 // - the sweeper thread removes what a crash left in objects/ (recovery.cpp), after
 //   startup, only when the last run did not stop cleanly.
 // state_mutex_: the committer holds it exclusively from its COMMIT through the renames,
@@ -50,6 +54,12 @@
 #include <vector>
 
 namespace fk::store::detail {
+
+// New directories one request may make on the shared staging pool (pool_); one that
+// needs more is staged on the directory lane (dir_lane_), one request at a time, so
+// that deep new keys never hold both pool threads for long (docs/file-store.md,
+// "Directories of refused writes").
+inline constexpr std::size_t stage_dir_budget = 64;
 
 // Bodies up to this size are copied into their redo row (file.flush "syncfs"), so their
 // files need not be durable before the commit.
@@ -97,6 +107,13 @@ struct pending {
     // put / remove: the body's directory (opened by the stage step or by the committer)
     object_path path;
     std::shared_ptr<unique_fd> dir;
+    // put: the level (index into path.dirs) of the outermost directory its staging made,
+    // or npos. A put that is not committed takes them back before it is answered
+    // (reclaim_made_dirs; docs/file-store.md, "Directories of refused writes").
+    std::size_t made_from = std::string::npos;
+    // put: staging stopped because the key needs more new directories than the shared
+    // pool's budget (stage_dir_budget); it goes on on the directory lane.
+    bool over_budget = false;
     // the decision and the waiter
     bool accepted = false;
     bool existed = false;   // remove: a body was there to unlink
@@ -196,17 +213,31 @@ private:
     // put) staging, then the committer; the waiter is resumed once, with the answer.
     net::awaitable<write_result> keyed_submit(std::unique_ptr<pending> p, std::string body);
     // On the pool, for a put counted in staging_: stage the body, then queue the item
-    // (or answer it with the stage's error).
-    void stage_then_enqueue(std::unique_ptr<pending> item, std::string& body);
+    // (or answer it with the stage's error). One that needs more new directories than
+    // stage_dir_budget moves to the directory lane (`on_lane`: it is there, no longer
+    // counted in staging_, with no budget).
+    void stage_then_enqueue(std::unique_ptr<pending> item, std::string& body, bool on_lane = false);
     // The body written to its file (at its final path only when `direct_ok` and the key
-    // can be claimed); ok: queued for the committer.
-    write_result stage_put(pending& p, std::string& body, bool direct_ok = true);
+    // can be claimed); ok: queued for the committer. `budget`: the new directories it
+    // may make (null: any number), decremented by those it made; over it, p.over_budget
+    // is set and nothing but directories was made.
+    write_result stage_put(pending& p, std::string& body, bool direct_ok = true,
+                           std::size_t* budget = nullptr);
     // A transaction: on the pool when it has a record to look up or bodies to stage
     // (`stages`: counted in staging_), its record first, then every put's body, then the
     // committer; the waiter is resumed once, with the answer.
     net::awaitable<txn_result> submit_txn(std::unique_ptr<pending> t,
                                           std::vector<std::string> bodies, bool stages);
-    void stage_txn_then_enqueue(std::unique_ptr<pending> t, std::vector<std::string>& bodies);
+    void stage_txn_then_enqueue(std::unique_ptr<pending> t, std::vector<std::string>& bodies,
+                                bool on_lane = false);
+    // Removes the directories that p's staging (every part's, for a transaction) made and
+    // that are empty again: for a put that will not be committed, after drop_staged.
+    void reclaim_made_dirs(pending& p);
+    // Answers an item that was not committed: at once, or, when its staging made
+    // directories, from the reclaimer thread once they are removed (so the answer comes
+    // after the disk holds nothing of it, and the committer never walks them).
+    void answer_uncommitted(std::unique_ptr<pending> p);
+    void reclaimer_main();
     // A put counted in staging_ is queued or answered: the committer stops gathering for it.
     void staging_done();
     object_result read_object(const std::string& key, bool with_body);
@@ -360,12 +391,22 @@ private:
     int wal_pages_ = 0;              // guarded by checkpoint_mutex_
     bool checkpointer_exit_ = false; // guarded by checkpoint_mutex_
 
+    // Items answered by the reclaimer (answer_uncommitted), and its exit once the
+    // committer has gone.
+    std::mutex reclaim_mutex_;
+    std::condition_variable reclaim_cv_;
+    std::deque<std::unique_ptr<pending>> reclaim_queue_; // guarded by reclaim_mutex_
+    bool reclaimer_exit_ = false;                        // guarded by reclaim_mutex_
+
     std::mutex sweep_mutex_;
     std::condition_variable sweep_cv_;
     bool sweep_running_ = false; // guarded by sweep_mutex_
 
     net::thread_pool pool_;
+    // The directory lane: staging of requests over stage_dir_budget, one at a time.
+    net::thread_pool dir_lane_{1};
     std::thread committer_;
+    std::thread reclaimer_;
     std::thread flusher_;
     std::thread checkpointer_;
     std::thread sweeper_;

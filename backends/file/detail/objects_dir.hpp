@@ -11,6 +11,7 @@
 #include "backends/file/detail/key_path.hpp"
 #include "backends/file/detail/sys.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -31,13 +32,23 @@ public:
 
     int fd() const noexcept { return fd_->get(); }
 
+    // open_dir's answer when making p's directories would take more than its budget.
+    static constexpr int over_budget = -1;
+
     // The directory holding p's body; with create, missing directories are made, and
     // each new one's entry is fsynced in its parent. 0 or errno (ENOENT without create
     // when a directory is missing).
-    int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out);
+    // made_from: lowered to the level (index into p.dirs) of the outermost directory this
+    // call made, so that reclaim_empty(p, p.dirs.size() - *made_from) can take back what
+    // a write that is not committed created. budget: the directories this call may make,
+    // decremented per mkdir; at 0, a missing directory ends it with over_budget (what it
+    // made so far stays, and is counted in made_from).
+    int open_dir(const object_path& p, bool create, std::shared_ptr<unique_fd>& out,
+                 std::size_t* made_from = nullptr, std::size_t* budget = nullptr);
 
-    // Removes p's directories from the innermost outwards while they are empty.
-    void reclaim_empty(const object_path& p);
+    // Removes p's directories from the innermost outwards while they are empty, at most
+    // `levels` of them. Holds two descriptors at a time however deep p is.
+    void reclaim_empty(const object_path& p, std::size_t levels = SIZE_MAX);
 
     std::shared_mutex& structure() noexcept { return structure_; }
 

@@ -341,9 +341,10 @@ void file_store::sweep_main() {
 void file_store::stop() {
     if (stopped_.exchange(true) && !opened_)
         return;
-    // Staged writes still on the pool hand their items to the committer, which drains
-    // everything queued before it exits; later items are answered "unavailable".
+    // Staged writes still on the pool (or the directory lane) hand their items to the committer,
+    // which drains everything queued before it exits; later items are answered "unavailable".
     pool_.join();
+    dir_lane_.join(); // after pool_: the pool hands deep stagings to it, never the reverse
     {
         std::lock_guard lock(queue_mutex_);
         committer_exit_ = true;
@@ -351,6 +352,14 @@ void file_store::stop() {
     queue_cv_.notify_all();
     if (committer_.joinable())
         committer_.join();
+    // After the committer, which hands it what it did not commit.
+    {
+        std::lock_guard lock(reclaim_mutex_);
+        reclaimer_exit_ = true;
+    }
+    reclaim_cv_.notify_all();
+    if (reclaimer_.joinable())
+        reclaimer_.join();
     {
         std::lock_guard lock(flush_mutex_);
         flusher_exit_ = true;
