@@ -77,8 +77,7 @@ txn_op check_version(std::string key, std::optional<std::int64_t> version) {
     return o;
 }
 
-txn_op operation(std::string name, std::string lock, token_t token,
-                 std::vector<std::optional<std::string>> params = {}) {
+txn_op operation(std::string name, std::string lock, token_t token, text_params params = {}) {
     auto o = lock_op(txn_op::kind::operation, std::move(lock), token);
     o.name = std::move(name);
     o.params = std::move(params);
