@@ -972,6 +972,15 @@ class Proxy:
         return self._one("transaction", *a, **kw)
 
 
+def status_kib(pid, field):
+    """A field of /proc/PID/status in KiB (VmRSS, VmHWM, ...)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise CheckFailed("no %s for pid %d" % (field, pid))
+
+
 def run_binary(args, timeout=20.0, env=None, cwd=None):
     """Runs fencekeeper to completion (for exit-code tests). Returns (rc, stdout, stderr).
     A process still running at the timeout is killed and reported as rc None."""

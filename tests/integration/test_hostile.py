@@ -289,14 +289,6 @@ def test_first_head_within_header_timeout_from_accept():
 # Memory
 # ---------------------------------------------------------------------------
 
-def status_kib(pid, field):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise fk.CheckFailed("no %s for pid %d" % (field, pid))
-
-
 def test_memory_bound_under_max_heads_and_oversized_trailers():
     """100 connections at once, each with a head just under the header limit, then a
     chunked body whose trailer section tries to be 4 MiB. The bound the issue sets:
@@ -309,7 +301,7 @@ def test_memory_bound_under_max_heads_and_oversized_trailers():
     pad = "p" * (HEADER_LIMIT - 300)
     trailer = b"1\r\nx\r\n0\r\n" + b"".join(b"T%05d: %s\r\n" % (i, b"t" * 1000)
                                           for i in range(4 * 1024))
-    before = status_kib(p.pid, "VmRSS")
+    before = fk.status_kib(p.pid, "VmRSS")
     answers = [None] * n
     go = threading.Event()
 
@@ -330,7 +322,7 @@ def test_memory_bound_under_max_heads_and_oversized_trailers():
     go.set()
     for t in threads:
         t.join(120)
-    peak = status_kib(p.pid, "VmHWM")
+    peak = fk.status_kib(p.pid, "VmHWM")
     growth_mib = (peak - before) / 1024.0
     bound_mib = 100 + n * HEADER_LIMIT / (1024.0 * 1024.0)
     print("  RSS before %d KiB, peak %d KiB: growth %.1f MiB (bound %.1f MiB)"

@@ -41,14 +41,6 @@ OPERATION_FACTOR = 2
 OPS = {"credit": {"sql": "SELECT $1::int + $2::int AS n"}}
 
 
-def status_kib(pid, field):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise fk.CheckFailed("no %s for pid %d" % (field, pid))
-
-
 def pg_only(store):
     if store.kind != "postgres":
         raise fk.Skip("named operations need the postgres store")
@@ -97,7 +89,7 @@ def attack(p, path, body, n, factor):
     """n concurrent copies of body; checks the peak RSS growth against 2x the bound and
     returns every reply (status, error, op_index)."""
     bound_kib = n * factor * MAX_BODY // 1024
-    before = status_kib(p.pid, "VmHWM")
+    before = fk.status_kib(p.pid, "VmHWM")
     replies = [None] * n
     stop = threading.Event()
     killed = []
@@ -105,8 +97,8 @@ def attack(p, path, body, n, factor):
     def watchdog():
         while not stop.is_set():
             try:
-                if status_kib(p.pid, "VmRSS") - before > 3 * bound_kib:
-                    killed.append(status_kib(p.pid, "VmRSS"))
+                if fk.status_kib(p.pid, "VmRSS") - before > 3 * bound_kib:
+                    killed.append(fk.status_kib(p.pid, "VmRSS"))
                     os.kill(p.pid, signal.SIGKILL)
                     return
             except (OSError, fk.CheckFailed):
@@ -131,7 +123,7 @@ def attack(p, path, body, n, factor):
     w.join(5)
     check(not killed, "RSS passed 3x the bound (%d KiB over %d KiB before): killed"
           % (killed[0] - before if killed else 0, before))
-    peak = status_kib(p.pid, "VmHWM")
+    peak = fk.status_kib(p.pid, "VmHWM")
     growth = peak - before
     print("  %d x %d bytes to %s in %.1fs: VmHWM %d -> %d KiB, growth %.1f MiB "
           "(documented bound %.1f MiB, test bound %.1f MiB)"

@@ -12,6 +12,7 @@
 #include "backends/postgres/sql.hpp"
 #include "fence/floors.hpp"
 #include "postgres_live.hpp"
+#include "store_requests.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -38,6 +39,8 @@ using fk::errc;
 namespace net = boost::asio;
 namespace sql = fk::store::pg::sql;
 namespace pg = fk::store::pg;
+
+using fk_test_store::del_req;
 
 namespace {
 
@@ -74,14 +77,6 @@ put_request put_req(std::string key, token_t token, std::optional<idempotency> i
     r.body = "b";
     r.content_type = "text/plain";
     r.idem = std::move(idem);
-    return r;
-}
-
-delete_request del_req(std::string key, token_t token) {
-    delete_request r;
-    r.lock = key;
-    r.key = std::move(key);
-    r.token = token;
     return r;
 }
 

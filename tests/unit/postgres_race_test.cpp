@@ -9,6 +9,7 @@
 // check that the key is absent.
 #include "backends/postgres/sql.hpp"
 #include "postgres_live.hpp"
+#include "store_requests.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,6 +17,7 @@
 
 using namespace fk::store;
 using namespace fk_test_pg;
+using namespace fk_test_store;
 using fk::errc;
 namespace sql = fk::store::pg::sql;
 
@@ -57,23 +59,6 @@ struct race {
                              " WHERE key = '" + key + "'");
     }
 };
-
-delete_request del_req(std::string key, token_t token) {
-    delete_request r;
-    r.lock = key;
-    r.key = std::move(key);
-    r.token = token;
-    return r;
-}
-
-txn_op txn_del(std::string key, token_t token) {
-    txn_op o;
-    o.op = txn_op::kind::remove;
-    o.lock = key;
-    o.key = std::move(key);
-    o.token = token;
-    return o;
-}
 
 } // namespace
 
@@ -155,20 +140,6 @@ TEST_CASE("postgres race: a transaction's check that a key is absent sees a crea
     CHECK(t.fx.admin.exec("SELECT token FROM " + t.fx.table("fences") + " WHERE lock = 'k'") ==
           "1");
 }
-
-namespace {
-
-put_request put_req(std::string key, token_t token) {
-    put_request r;
-    r.lock = key;
-    r.key = std::move(key);
-    r.token = token;
-    r.body = "b";
-    r.content_type = "text/plain";
-    return r;
-}
-
-} // namespace
 
 // The fence cache answers a rejection only when no write of the lock is in flight
 // (backends/writes_in_flight.hpp): in flight, the write may have committed already, and

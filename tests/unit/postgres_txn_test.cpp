@@ -7,6 +7,7 @@
 
 #include "backends/postgres/sql.hpp"
 #include "postgres_live.hpp"
+#include "store_requests.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,6 +21,7 @@
 
 using namespace fk::store;
 using namespace fk_test_pg;
+using namespace fk_test_store;
 using fk::errc;
 namespace sql = fk::store::pg::sql;
 namespace pg = fk::store::pg;
@@ -41,15 +43,6 @@ txn_op put(std::string key, token_t token, std::string body = "b", std::string l
     o.token = token;
     o.body = std::move(body);
     o.content_type = "text/plain";
-    return o;
-}
-
-txn_op del(std::string key, token_t token) {
-    txn_op o;
-    o.op = txn_op::kind::remove;
-    o.lock = key;
-    o.key = std::move(key);
-    o.token = token;
     return o;
 }
 
@@ -86,16 +79,6 @@ txn_op operation(std::string name, std::string lock, token_t token, text_params 
 
 txn_request txn(std::vector<txn_op> ops, std::optional<idempotency> idem = {}) {
     return txn_request{std::move(ops), std::move(idem)};
-}
-
-put_request put_req(std::string key, token_t token, std::string body = "b") {
-    put_request r;
-    r.lock = key;
-    r.key = std::move(key);
-    r.token = token;
-    r.body = std::move(body);
-    r.content_type = "text/plain";
-    return r;
 }
 
 void check_ok(const txn_result& r) {
@@ -303,7 +286,7 @@ TEST_CASE("postgres txn: commits every op, results in op order") {
     REQUIRE(t.put1("seen", 3).error == errc::ok);
     REQUIRE(t.fence1("G", 4).error == errc::ok);
     auto r = t.run(txn({put("new", 5, "hello"), put("old", 5, "v2"), fence_op("L", 6),
-                        check_op("G", 4), check_version("seen", 1), del("gone", 7),
+                        check_op("G", 4), check_version("seen", 1), txn_del("gone", 7),
                         check_version("nothing", std::nullopt), check_op("never", 1)}));
     check_ok(r);
     CHECK(!r.replayed);
@@ -342,8 +325,8 @@ TEST_CASE("postgres txn: one stale op in the middle changes nothing, and names t
     REQUIRE(t.put1("b", 5).error == errc::ok);
     REQUIRE(t.fence1("L", 10).error == errc::ok);
     const auto before = t.state();
-    auto r = t.run(txn(
-        {put("a", 6, "x"), put("c", 6, "x"), fence_op("L", 9), put("b", 6, "x"), del("a2", 6)}));
+    auto r = t.run(txn({put("a", 6, "x"), put("c", 6, "x"), fence_op("L", 9), put("b", 6, "x"),
+                        txn_del("a2", 6)}));
     check_refused(r, errc::stale_token, 2);
     CHECK(r.current_token == 10);
     CHECK(!r.floor);
@@ -371,7 +354,7 @@ TEST_CASE("postgres txn: lock_mismatch, preconditions and check_version, each by
     auto n = put("a", 6);
     n.pre.if_none_match_any = true;
     check_refused(t.run(txn({n})), errc::precondition_failed, 0);
-    auto d = del("a", 6);
+    auto d = txn_del("a", 6);
     d.pre.if_match = 2;
     check_refused(t.run(txn({d})), errc::precondition_failed, 0);
     // Stale is decided before the precondition of the same op.
@@ -388,7 +371,7 @@ TEST_CASE("postgres txn: lock_mismatch, preconditions and check_version, each by
     check_ok(t.run(txn({check_version("q", std::nullopt), ok})));
     check_ok(t.run(txn({check_version("a", 2)})));
     // A deleted key is absent for check_version.
-    check_ok(t.run(txn({del("a", 7)})));
+    check_ok(t.run(txn({txn_del("a", 7)})));
     check_ok(t.run(txn({check_version("a", std::nullopt)})));
 }
 
@@ -592,7 +575,7 @@ TEST_CASE("postgres txn: random transactions that create and delete overlapping 
                 for (std::size_t j = 0; j < count; ++j) {
                     const auto k = "k" + std::to_string(ks[j]);
                     if (rng() % 3 == 0) {
-                        ops.push_back(del(k, 1));
+                        ops.push_back(txn_del(k, 1));
                     } else {
                         ops.push_back(put(k, 1, std::to_string(w)));
                         ++n;
