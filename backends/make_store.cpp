@@ -1,11 +1,14 @@
 #include "backends/make_store.hpp"
 
 #include "backends/file/file_store.hpp"
+#include "backends/idem_quota.hpp"
 #include "backends/postgres/postgres_store.hpp"
 
 namespace fk::store {
 
-std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
+namespace {
+
+std::variant<std::unique_ptr<store>, open_error> open_store(net::io_context& io,
                                                             const config::settings& s) {
     auto location = config::parse_store_url(s.store);
     if (!location)
@@ -19,6 +22,20 @@ std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
                                .fence_cache_size = s.file.fence_cache_size,
                                .idempotency_retention = s.idempotency.retention});
     return open_postgres_store(io, s);
+}
+
+} // namespace
+
+std::variant<std::unique_ptr<store>, open_error> make_store(net::io_context& io,
+                                                            const config::settings& s) {
+    auto opened = open_store(io, s);
+    const idem_limits limits{static_cast<std::uint64_t>(s.idempotency.max_records_per_client),
+                             static_cast<std::uint64_t>(s.idempotency.max_bytes_per_client),
+                             s.idempotency.retention};
+    if (!limits.any() || !std::holds_alternative<std::unique_ptr<store>>(opened))
+        return opened;
+    return std::unique_ptr<store>(std::make_unique<idem_quota>(
+        io, std::move(std::get<std::unique_ptr<store>>(opened)), limits));
 }
 
 } // namespace fk::store

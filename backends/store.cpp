@@ -24,4 +24,18 @@ net::awaitable<operation_result> store::run_operation(operation_request req) {
     co_return r;
 }
 
+net::awaitable<idem_usage_result> store::idempotency_usage() {
+    idem_usage_result r;
+    r.error = errc::unavailable;
+    r.message = "this store keeps no Idempotency-Key records";
+    co_return r;
+}
+
+net::awaitable<idem_presence> store::has_idempotency_record(std::string scope, std::string key) {
+    (void)scope;
+    (void)key;
+    co_return idem_presence{errc::unavailable, false,
+                            "this store keeps no Idempotency-Key records"};
+}
+
 } // namespace fk::store

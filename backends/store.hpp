@@ -15,9 +15,12 @@
 #include "fence/rule.hpp"
 #include "fence/token.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fk::store {
@@ -218,6 +221,34 @@ struct txn_result {
 write_result replay_from_record(std::string_view recorded_fingerprint, std::string_view fingerprint,
                                 bool created, std::int64_t version, token_t token);
 
+// Idempotency-Key records held per caller (idempotency.max_records_per_client and
+// max_bytes_per_client; backends/idem_quota.hpp bounds them). A record's size counts as
+// its scope, key, fingerprint and recorded results text, plus idem_record_overhead.
+inline constexpr std::uint64_t idem_record_overhead = 64;
+constexpr std::uint64_t idem_record_bytes(std::size_t scope, std::size_t key,
+                                          std::size_t results) noexcept {
+    return scope + key + 32 + results + idem_record_overhead;
+}
+
+struct idem_usage_row {
+    std::string scope;
+    std::uint64_t records = 0;
+    std::uint64_t bytes = 0;    // idem_record_bytes summed
+    std::int64_t oldest_ms = 0; // Unix ms of the scope's oldest unexpired commit
+};
+
+struct idem_presence {
+    errc error = errc::ok; // ok, unavailable
+    bool found = false;    // ok: an unexpired record exists
+    std::string message;
+};
+
+struct idem_usage_result {
+    errc error = errc::ok;              // ok, unavailable
+    std::vector<idem_usage_row> scopes; // every scope with an unexpired record
+    std::string message;
+};
+
 class store {
 public:
     virtual ~store() = default;
@@ -265,6 +296,20 @@ public:
     virtual bool has_operation(const std::string& name) const {
         (void)name;
         return false;
+    }
+
+    // Idempotency-Key records (backends/idem_quota.hpp). The unexpired records per scope,
+    // read in one pass (a background scan, seconds apart); stores without records answer
+    // unavailable.
+    virtual net::awaitable<idem_usage_result> idempotency_usage();
+    // Whether (scope, key) has an unexpired record.
+    virtual net::awaitable<idem_presence> has_idempotency_record(std::string scope,
+                                                                 std::string key);
+    // When `scope` holds as many records as it may (a store wrapped by idem_quota): about
+    // how long until it may record another; nullopt when it may now. Any thread.
+    virtual std::optional<std::chrono::seconds> idempotency_records_full(std::string_view scope) {
+        (void)scope;
+        return std::nullopt;
     }
 
     // /readyz: the store can take requests now.

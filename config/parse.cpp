@@ -48,6 +48,8 @@ constexpr std::int64_t max_batch_overlap_ms = 60'000;
 constexpr std::int64_t max_file_io_threads = 256;
 constexpr std::int64_t max_far_round_trip_ms = 60'000;
 constexpr std::int64_t max_idempotency_retention_s = 366 * 86'400;
+constexpr std::int64_t max_idempotency_records = std::int64_t{1} << 40;
+constexpr std::int64_t max_idempotency_bytes = std::int64_t{1} << 50;
 constexpr std::size_t max_config_file_bytes = 1024 * 1024;
 // Our schema is three levels deep; the bound keeps hostile input from costing more than
 // a linear scan.
@@ -715,6 +717,14 @@ std::vector<config_key> make_keys() {
         "idempotency.retention_s", 1, max_idempotency_retention_s,
         "how long a write's Idempotency-Key record answers retries",
         [](auto& s) -> auto& { return s.idempotency.retention; }));
+    k.push_back(integer_key(
+        "idempotency.max_records_per_client", 0, max_idempotency_records,
+        "records one client may hold; 0: no bound",
+        [](auto& s) -> auto& { return s.idempotency.max_records_per_client; }));
+    k.push_back(integer_key(
+        "idempotency.max_bytes_per_client", 0, max_idempotency_bytes,
+        "bytes of records one client may hold; 0: no bound",
+        [](auto& s) -> auto& { return s.idempotency.max_bytes_per_client; }));
     return k;
 }
 

@@ -70,6 +70,11 @@ struct idempotency_settings {
     // A record answers retries for this long after its write committed; then it is
     // removed in the background, and a retry is a new request.
     std::chrono::seconds retention{86'400};
+    // The records one caller (a scoped client; everyone, with one bearer token or no auth)
+    // may hold at a time; past either, a keyed write that has no record yet gets 429
+    // (backends/idem_quota.hpp). 0: no bound.
+    std::int64_t max_records_per_client = 10'000'000;
+    std::int64_t max_bytes_per_client = std::int64_t{8} << 30; // 8 GiB
 };
 
 // The TLS listener (docs/operations.md, "TLS and mTLS"). Without cert_file the listener

@@ -32,6 +32,8 @@ std::string_view to_string(errc e) noexcept {
         return "idempotency_in_progress";
     case errc::idempotency_key_reused:
         return "idempotency_key_reused";
+    case errc::too_many_idempotency_records:
+        return "too_many_idempotency_records";
     case errc::body_too_large:
         return "body_too_large";
     case errc::operation_failed:

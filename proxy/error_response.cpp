@@ -53,6 +53,9 @@ std::string_view default_message(errc e) noexcept {
         return "a request with this Idempotency-Key is still in progress; retry later";
     case errc::idempotency_key_reused:
         return "this Idempotency-Key was used for a different request; nothing was written";
+    case errc::too_many_idempotency_records:
+        return "this client holds as many Idempotency-Key records as it may; nothing was "
+               "written: retry after Retry-After, or send the write without a key";
     }
     return "internal error";
 }
@@ -86,6 +89,8 @@ http::status status_for(errc e) noexcept {
         return http::status::unprocessable_entity;
     case errc::missing_token:
         return http::status::precondition_required;
+    case errc::too_many_idempotency_records:
+        return http::status::too_many_requests;
     case errc::headers_too_large:
         return http::status::request_header_fields_too_large;
     case errc::unavailable:

@@ -385,6 +385,23 @@ net::awaitable<checked<keyed>> idempotency_of(const call& c, const request_ident
                                      make_error_response(errc::idempotency_in_progress, "")};
         k.claim.emplace(std::move(*claim));
     }
+    // A caller that holds as many records as it may (idempotency.max_records_per_client,
+    // max_bytes_per_client) gets no new one; a retry of a recorded request is still
+    // answered from its record.
+    if (auto wait = c.ctx.store.idempotency_records_full(scope)) {
+        auto presence = co_await c.ctx.store.has_idempotency_record(std::string{scope},
+                                                                    std::string{*field.first});
+        if (presence.error != errc::ok)
+            co_return checked<keyed>{
+                std::nullopt,
+                make_error_response(errc::unavailable,
+                                    "could not look up the Idempotency-Key; nothing was written")};
+        if (!presence.found) {
+            auto res = make_error_response(errc::too_many_idempotency_records, "");
+            res.set(http::field::retry_after, std::to_string(wait->count()));
+            co_return checked<keyed>{std::nullopt, std::move(res)};
+        }
+    }
     store::idempotency idem;
     idem.scope = std::string{scope};
     idem.key = std::string{*field.first};

@@ -39,7 +39,7 @@ namespace detail {
 
 namespace {
 
-// Runs `f` (returning write_result or object_result) on `pool`, then resumes the
+// Runs `f` (returning a result with `error` and `message`) on `pool`, then resumes the
 // awaiting coroutine on its own executor, which is kept busy meanwhile.
 template <typename F>
 net::awaitable<std::invoke_result_t<F&>> on_pool(net::thread_pool& pool,
@@ -836,6 +836,54 @@ net::awaitable<object_result> file_store::get(std::string key, bool with_body) {
     }
     auto read = [this, key = std::move(key), with_body] { return read_object(key, with_body); };
     co_return co_await on_pool(pool_, io_.get_executor(), std::move(read));
+}
+
+// On a reader, off the committer: a pass over the index's records, the time it takes.
+net::awaitable<idem_usage_result> file_store::idempotency_usage() {
+    auto count = [this] {
+        idem_usage_result r;
+        if (!usable()) {
+            r.error = errc::unavailable;
+            r.message = "file store is not available";
+            return r;
+        }
+        std::vector<idem_scope_usage> rows;
+        auto idx = lease_reader(); // throws: on_pool answers internal
+        if (idx->idem_usage(store_now_ms() - retention_ms_,
+                            static_cast<std::int64_t>(idem_record_overhead), rows) != index_done) {
+            r.error = errc::unavailable;
+            r.message = "reading the index: " + idx->last_error();
+            return r;
+        }
+        for (auto& u : rows)
+            r.scopes.push_back({std::move(u.scope), static_cast<std::uint64_t>(u.records),
+                                static_cast<std::uint64_t>(u.bytes), u.oldest_ms});
+        return r;
+    };
+    co_return co_await on_pool(pool_, io_.get_executor(), std::move(count));
+}
+
+net::awaitable<idem_presence> file_store::has_idempotency_record(std::string scope,
+                                                                 std::string key) {
+    auto look = [this, scope = std::move(scope), key = std::move(key)] {
+        idem_presence r;
+        r.error = errc::unavailable;
+        if (!usable()) {
+            r.message = "file store is not available";
+            return r;
+        }
+        auto idx = lease_reader();
+        idem_row rec;
+        const int rc = idx->get_idem(scope, key, store_now_ms() - retention_ms_, rec);
+        if (rc != index_row && rc != index_done) {
+            r.message = "reading the index: " + idx->last_error();
+            return r;
+        }
+        r.error = errc::ok;
+        r.found = rc == index_row;
+        return r;
+    };
+    co_return co_await on_pool(pool_, io_.get_executor(), std::move(look));
 }
 
 net::awaitable<fence_result> file_store::read_fence(std::string lock) {

@@ -280,6 +280,22 @@ public:
         co_return r;
     }
 
+    net::awaitable<idem_usage_result> idempotency_usage() override {
+        const pg::sql::param_list params{pg::sql::param::of(std::to_string(retention_.count()))};
+        auto o = co_await pool_->run(pg::sql::name::idem_usage, params, false);
+        co_return pg::map_idem_usage(o);
+    }
+
+    net::awaitable<idem_presence> has_idempotency_record(std::string scope,
+                                                         std::string key) override {
+        idempotency idem;
+        idem.scope = std::move(scope);
+        idem.key = std::move(key);
+        auto l = co_await txn_record(idem);
+        co_return idem_presence{l.error, l.error == errc::ok && l.record.has_value(),
+                                std::move(l.message)};
+    }
+
     bool ready() const noexcept override { return pool_->ready(); }
     const commit_stats* batches() const noexcept override {
         return batcher_ ? &batcher_->sizes() : &no_batches_;

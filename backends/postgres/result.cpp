@@ -417,6 +417,29 @@ idem_lookup map_idem_get(const exec_outcome& o) {
     return l;
 }
 
+idem_usage_result map_idem_usage(const exec_outcome& o) {
+    idem_usage_result u;
+    auto fail = [&](const write_result& f) {
+        u.error = errc::unavailable;
+        u.message = f.message;
+        return u;
+    };
+    if (!o.results.empty() && o.results.front().server_error())
+        return fail(server_failure<write_result>(o.results.front()));
+    if (auto f = transport_failure<write_result>(o, false))
+        return fail(*f);
+    if (o.results.empty() || !o.results.front().ok() || o.results.front().columns.size() < 4)
+        return fail(failure<write_result>(errc::internal, "unexpected idempotency usage result"));
+    const auto& t = o.results.front();
+    // Columns: scope, records, bytes, oldest commit (Unix ms).
+    for (std::size_t row = 0; row < t.rows.size(); ++row)
+        u.scopes.push_back({text_at(t, row, 0),
+                            static_cast<std::uint64_t>(int_at(t, row, 1).value_or(0)),
+                            static_cast<std::uint64_t>(int_at(t, row, 2).value_or(0)),
+                            int_at(t, row, 3).value_or(0)});
+    return u;
+}
+
 write_result replay_write(const idem_record& rec, std::string_view fingerprint, bool is_put) {
     return replay_from_record(rec.fingerprint, fingerprint, is_put && rec.created,
                               is_put ? rec.version : 0, rec.token);

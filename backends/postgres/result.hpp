@@ -139,6 +139,8 @@ struct idem_lookup {
 };
 // sql::idem_get_sql's result, in binary format.
 idem_lookup map_idem_get(const exec_outcome& o);
+// sql::idem_usage_sql's result: the unexpired records per scope, or unavailable.
+idem_usage_result map_idem_usage(const exec_outcome& o);
 // The answer a record gives to a write with `fingerprint`: the recorded outcome
 // (replayed) when it is the same request, else idempotency_key_reused. `is_put` keeps
 // created and version (delete and fence: the token only).

@@ -27,6 +27,7 @@
 
 import os
 import sqlite3
+import time
 
 import fk
 from fk import check, eq, expect_error, expect_status
@@ -53,7 +54,7 @@ def auth(name):
     return {"Authorization": "Bearer " + TOKENS[name]}
 
 
-def start(store, names):
+def start(store, names, extra=None):
     d = fk.tmpdir("tenants")
     clients = []
     for n in names:
@@ -61,7 +62,7 @@ def start(store, names):
         with open(path, "w") as f:
             f.write(TOKENS[n] + "\n")
         clients.append(dict(name=n, token_file=path, **SCOPES[n]))
-    p = store.start(config={"auth": {"clients": clients}})
+    p = store.start(config=fk.deep_merge({"auth": {"clients": clients}}, extra or {}))
     p.wait_ready()  # the Postgres schema (and its idempotency table) exists
     return p
 
@@ -189,6 +190,88 @@ def test_no_write_scope_keeps_no_record(store):
                                       "lock": "w/l"}], headers=dict(W, **{IK: "put-1"})),
                       200, "keyed put")
         eq(records(store, "writer"), 1, "the writer's keyed put is recorded under its name")
+
+
+# ---------------------------------------------------------------------------
+# Item 3 (last sentence): records per client are bounded
+# ---------------------------------------------------------------------------
+
+def refused_for_records(r, what):
+    expect_error(r, 429, "too_many_idempotency_records", what)
+    ra = r.header("Retry-After")
+    check(ra is not None and ra.isdigit() and int(ra) >= 1, what + ": Retry-After %r" % ra)
+    return int(ra)
+
+
+def test_records_per_client_are_bounded(store):
+    A, B = auth("alpha"), auth("beta")
+    limits = {"idempotency": {"max_records_per_client": 4, "retention_s": 4}}
+    with start(store, ("alpha", "beta"), limits) as p, p.client() as c:
+        first = c.put("a/k0", b"v0", token=1, headers=dict(A, **{IK: "q-0"}))
+        expect_status(first, 201, "alpha's first keyed put")
+        for i in range(1, 4):
+            expect_status(c.put("a/k%d" % i, b"v", token=1, headers=dict(A, **{IK: "q-%d" % i})),
+                          201, "alpha's keyed put %d" % i)
+        eq(records(store, "alpha"), 4, "alpha's records")
+        # At the bound: a new key is refused on every keyed route, and nothing is written.
+        ra = refused_for_records(c.put("a/new", b"x", token=1, headers=dict(A, **{IK: "q-new"})),
+                                 "put with a new key")
+        check(ra <= 4 + 2 + 1, "Retry-After %d: at most the retention plus a count's period" % ra)
+        refused_for_records(c.delete("a/k1", token=2, headers=dict(A, **{IK: "q-del"})),
+                            "delete with a new key")
+        refused_for_records(c.put_fence("a/f", 9, headers=dict(A, **{IK: "q-fence"})),
+                            "fence with a new key")
+        refused_for_records(c.transaction([{"op": "put", "key": "a/t", "body": "x"}], token=1,
+                                          headers=dict(A, **{IK: "q-txn"})),
+                            "transaction with a new key")
+        eq(records(store, "alpha"), 4, "no record for a refused write")
+        expect_status(c.get("a/new", headers=A), 404, "the refused put wrote nothing")
+        expect_status(c.get("a/t", headers=A), 404, "the refused transaction wrote nothing")
+        eq(c.get("a/k1", headers=A).status, 200, "the refused delete deleted nothing")
+        expect_status(c.request("GET", "/v1/fences/a/f", headers=A), 404, "no fence moved")
+        # A retry of a recorded request is still answered from its record; a different
+        # request under a recorded key is still 422; a write without a key goes ahead.
+        r = c.put("a/k0", b"v0", token=1, headers=dict(A, **{IK: "q-0"}))
+        eq((r.status, replayed(r)), (201, True), "retry of a recorded put replays")
+        expect_error(c.put("a/k0", b"other", token=1, headers=dict(A, **{IK: "q-0"})), 422,
+                     "idempotency_key_reused", "another request under a recorded key")
+        expect_status(c.put("a/plain", b"x", token=1, headers=A), 201, "a write without a key")
+        # Another client has its own bound.
+        expect_status(c.put("b/k", b"x", token=1, headers=dict(B, **{IK: "q-new"})), 201,
+                      "beta, with the key alpha was refused")
+        # As records expire, room comes back (the count learns it within a period).
+        ok = None
+        for _ in range(60):
+            ok = c.put("a/later", b"x", token=1, headers=dict(A, **{IK: "q-later"}))
+            if ok.status != 429:
+                break
+            time.sleep(0.5)
+        expect_status(ok, 201, "a new key once alpha's records expired")
+
+
+def test_record_bytes_per_client_are_bounded(store):
+    A = auth("alpha")
+    # A record under a 200-byte Idempotency-Key counts 5 ("alpha") + 200 + 32 + 64 = 301
+    # bytes: the fifth is past 1,000 (the bound is checked before a write: 4 x 301 =
+    # 1,204 >= 1,000).
+    limits = {"idempotency": {"max_records_per_client": 0, "max_bytes_per_client": 1000}}
+    with start(store, ("alpha",), limits) as p, p.client() as c:
+        ikey = lambda i: "b-%d-" % i + "k" * (196 - len(str(i)))
+        for i in range(4):
+            expect_status(c.put("a/%d" % i, b"v", token=1, headers=dict(A, **{IK: ikey(i)})), 201,
+                          "keyed put %d" % i)
+        refused_for_records(c.put("a/4", b"v", token=1, headers=dict(A, **{IK: ikey(4)})),
+                            "past the byte bound")
+        eq(records(store, "alpha"), 4, "records")
+
+    # The count survives a restart: the next start counts the store's records (and says
+    # so once it has).
+    with start(store, ("alpha",), limits) as p, p.client() as c:
+        line = p.wait_log(lambda o: o.get("msg") == "idempotency records counted")
+        eq((line.get("clients"), line.get("records")), (1, 4), "the count at the start")
+        refused_for_records(c.put("a/5", b"v", token=1, headers=dict(A, **{IK: ikey(5)})),
+                            "after a restart")
+        eq(records(store, "alpha"), 4, "records after the restart")
 
 
 # ---------------------------------------------------------------------------

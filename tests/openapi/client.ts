@@ -22,7 +22,7 @@ export type PutAnswer =
     | { status: 200 | 201; body: JsonOf<"putResource", 201>; etag: string }
     | { status: 409; body: JsonOf<"putResource", 409> }
     | { status: 412; body: JsonOf<"putResource", 412> }
-    | { status: 400 | 401 | 413 | 422 | 428 | 431 | 500 | 503 | 504; body: AnyError };
+    | { status: 400 | 401 | 413 | 422 | 428 | 429 | 431 | 500 | 503 | 504; body: AnyError };
 
 // Every error body any route can send: the union the spec's responses name.
 export type AnyError =
@@ -33,6 +33,7 @@ export type AnyError =
     | JsonOf<"putResource", 413>
     | JsonOf<"putResource", 422>
     | JsonOf<"putResource", 428>
+    | JsonOf<"putResource", 429>
     | JsonOf<"putResource", 431>
     | JsonOf<"putResource", 500>
     | JsonOf<"putResource", 503>
@@ -141,6 +142,7 @@ export function explain(e: AnyError): string {
         case "body_too_large":
         case "idempotency_key_reused":
         case "missing_token":
+        case "too_many_idempotency_records":
         case "headers_too_large":
         case "internal":
         case "unavailable":
@@ -188,6 +190,7 @@ const allCodes: Record<ErrorCode, true> = {
     operation_failed: true,
     idempotency_key_reused: true,
     missing_token: true,
+    too_many_idempotency_records: true,
     headers_too_large: true,
     internal: true,
     unavailable: true,

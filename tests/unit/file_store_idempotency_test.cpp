@@ -363,3 +363,33 @@ TEST_CASE("idempotency: a record older than the retention is absent, then delete
     }
     CHECK(f.get("k").version == 2);
 }
+
+TEST_CASE("idempotency: the records per scope, as the bound counts them") {
+    fixture f(std::chrono::seconds(60));
+    REQUIRE(f.put("k1", "L", 1, "v", idem("key-1", 'a', "alpha")).error == errc::ok);
+    REQUIRE(f.put("k2", "L", 1, "v", idem("key-22", 'a', "alpha")).error == errc::ok);
+    REQUIRE(f.advance("M", 3, idem("f", 'a', "beta")).error == errc::ok);
+    REQUIRE(f.put("k3", "L", 1, "v").error == errc::ok); // no key: no record
+
+    auto u = run(f.io, f.s->idempotency_usage());
+    REQUIRE(u.error == errc::ok);
+    REQUIRE(u.scopes.size() == 2);
+    CHECK(u.scopes[0].scope == "alpha");
+    CHECK(u.scopes[0].records == 2);
+    CHECK(u.scopes[0].bytes == idem_record_bytes(5, 5, 0) + idem_record_bytes(5, 6, 0));
+    CHECK(u.scopes[0].oldest_ms > 0);
+    CHECK(u.scopes[1].scope == "beta");
+    CHECK(u.scopes[1].records == 1);
+
+    CHECK(run(f.io, f.s->has_idempotency_record("alpha", "key-1")).found);
+    CHECK_FALSE(run(f.io, f.s->has_idempotency_record("beta", "key-1")).found);
+    CHECK_FALSE(run(f.io, f.s->has_idempotency_record("alpha", "nope")).found);
+    {
+        // Expired records count as absent, also here.
+        clock_offset later(std::chrono::milliseconds(61'000));
+        auto gone = run(f.io, f.s->idempotency_usage());
+        REQUIRE(gone.error == errc::ok);
+        CHECK(gone.scopes.empty());
+        CHECK_FALSE(run(f.io, f.s->has_idempotency_record("alpha", "key-1")).found);
+    }
+}

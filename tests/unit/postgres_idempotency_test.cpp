@@ -148,6 +148,12 @@ TEST_CASE("the keyed fence advance, the operation's record and the sweep") {
     pos(e, "committed_at <= now() - $1::bigint");
     const auto g = sql::idem_get_sql("fk");
     pos(g, "d.committed_at > now() - $3::bigint * interval '1 second'");
+    // The count behind the per-client bound: unexpired records only, sized as
+    // store::idem_record_bytes sizes them.
+    const auto u = sql::idem_usage_sql("fk");
+    pos(u, "coalesce(octet_length(d.rows), 0) + 64");
+    pos(u, "WHERE d.committed_at > now() - $1::bigint * interval '1 second'");
+    pos(u, "GROUP BY d.scope");
     int found = 0;
     for (const auto& st : sql::prepared_statements("fk")) {
         const std::string n = st.name;
@@ -159,12 +165,14 @@ TEST_CASE("the keyed fence advance, the operation's record and the sweep") {
             found += st.nparams == 7;
         if (n == sql::name::idem_expire)
             found += st.nparams == 2;
+        if (n == sql::name::idem_usage)
+            found += st.nparams == 1;
         if (n == sql::name::begin)
             found += st.text == "BEGIN";
         if (n == sql::name::commit)
             found += st.text == "COMMIT";
     }
-    CHECK(found == 6);
+    CHECK(found == 7);
 }
 
 TEST_CASE("array_builder: NULL elements set the has-nulls flag") {

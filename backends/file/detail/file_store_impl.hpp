@@ -168,6 +168,9 @@ public:
     net::awaitable<write_result> raise_floor(floor_request req) override;
     net::awaitable<floors_result> list_floors() override;
     net::awaitable<txn_result> transact(txn_request req) override;
+    net::awaitable<idem_usage_result> idempotency_usage() override;
+    net::awaitable<idem_presence> has_idempotency_record(std::string scope,
+                                                         std::string key) override;
     bool ready() const noexcept override;
     const commit_stats* batches() const noexcept override { return &commit_sizes_; }
     void stop() override;

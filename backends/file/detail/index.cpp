@@ -379,6 +379,32 @@ int index_connection::get_idem(std::string_view scope, std::string_view key, std
     return rc;
 }
 
+int index_connection::idem_usage(std::int64_t after_ms, std::int64_t overhead,
+                                 std::vector<idem_scope_usage>& out) {
+    if (!idem_usage_) {
+        // Byte lengths: length() of TEXT counts characters. 32: the fingerprint.
+        if (int rc =
+                prepare(idem_usage_, "SELECT scope, count(*), sum(length(CAST(scope AS BLOB)) + "
+                                     "length(CAST(key AS BLOB)) + 32 + "
+                                     "coalesce(length(CAST(results AS BLOB)), 0) + ?2), "
+                                     "min(committed_ms) FROM idempotency WHERE committed_ms > ?1 "
+                                     "GROUP BY scope ORDER BY scope");
+            rc != SQLITE_OK)
+            return rc;
+    }
+    reset_on_exit guard{idem_usage_};
+    sqlite3_bind_int64(idem_usage_, 1, after_ms);
+    sqlite3_bind_int64(idem_usage_, 2, overhead);
+    int rc;
+    while ((rc = sqlite3_step(idem_usage_)) == SQLITE_ROW)
+        out.push_back(idem_scope_usage{
+            column_text(idem_usage_, 0), sqlite3_column_int64(idem_usage_, 1),
+            sqlite3_column_int64(idem_usage_, 2), sqlite3_column_int64(idem_usage_, 3)});
+    if (rc != SQLITE_DONE)
+        return fail(rc, "counting idempotency records");
+    return rc;
+}
+
 int index_connection::list_floors(std::vector<fence::floor_entry>& out) {
     if (!list_floors_) {
         if (int rc = prepare(list_floors_,

@@ -66,6 +66,14 @@ struct idem_row {
     std::optional<std::string> results;
 };
 
+// The unexpired Idempotency-Key records of one scope (index_connection::idem_usage).
+struct idem_scope_usage {
+    std::string scope;
+    std::int64_t records = 0;
+    std::int64_t bytes = 0;     // as store::idem_record_bytes counts them
+    std::int64_t oldest_ms = 0; // the oldest commit, Unix ms
+};
+
 // A write whose files may not be durable yet (docs/file-store.md, "Redo rows").
 struct redo_row {
     std::int64_t seq = 0;
@@ -99,6 +107,11 @@ public:
     // expired, absent); SQLITE_ROW when found.
     int get_idem(std::string_view scope, std::string_view key, std::int64_t after_ms,
                  idem_row& out);
+    // Per scope, the records committed after `after_ms`: appended to `out` in scope order,
+    // one pass over the table's primary key; SQLITE_DONE when read. `overhead` is
+    // store::idem_record_overhead.
+    int idem_usage(std::int64_t after_ms, std::int64_t overhead,
+                   std::vector<idem_scope_usage>& out);
     // Every fence floor (docs/file-store.md, "Fence floors"), appended to `out` in bytewise
     // order of prefix; SQLITE_DONE when read.
     int list_floors(std::vector<fence::floor_entry>& out);
@@ -123,6 +136,7 @@ private:
     sqlite3_stmt* get_key_ = nullptr;
     sqlite3_stmt* list_ = nullptr;
     sqlite3_stmt* get_idem_ = nullptr;
+    sqlite3_stmt* idem_usage_ = nullptr;
     sqlite3_stmt* list_floors_ = nullptr;
     sqlite3_stmt* floors_over_ = nullptr;
     sqlite3_stmt* read_begin_ = nullptr;

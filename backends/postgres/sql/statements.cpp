@@ -2,6 +2,7 @@
 
 #include "backends/postgres/sql/fragments.hpp"
 #include "backends/postgres/sql/quoting.hpp"
+#include "backends/store.hpp"
 
 namespace fk::store::pg::sql {
 namespace {
@@ -309,6 +310,20 @@ std::string idem_expire_sql(std::string_view schema) {
                        schema);
 }
 
+std::string idem_usage_sql(std::string_view schema) {
+    // The sizes as store::idem_record_bytes counts them (32: the fingerprint).
+    return with_schema("SELECT d.scope, count(*),\n"
+                       "       sum(octet_length(d.scope) + octet_length(d.key) + 32 +\n"
+                       "           coalesce(octet_length(d.rows), 0) + " +
+                           std::to_string(idem_record_overhead) +
+                           ")::bigint,\n"
+                           "       (extract(epoch FROM min(d.committed_at)) * 1000)::bigint\n"
+                           "FROM @S.idempotency d\n"
+                           "WHERE d.committed_at > now() - $1::bigint * interval '1 second'\n"
+                           "GROUP BY d.scope",
+                       schema);
+}
+
 std::vector<statement> prepared_statements(std::string_view schema) {
     return {
         {name::put, put_sql(schema), 8},
@@ -329,6 +344,7 @@ std::vector<statement> prepared_statements(std::string_view schema) {
         {name::commit, "COMMIT", 0},
         {name::op_record, op_record_sql(schema), 7},
         {name::idem_expire, idem_expire_sql(schema), 2},
+        {name::idem_usage, idem_usage_sql(schema), 1},
         {name::floor_lock_floors, floor_lock_floors_sql(schema), 0},
         {name::floor_lock_fences, floor_lock_fences_sql(schema), 0},
         {name::raise_floor, raise_floor_sql(schema), 6},

@@ -46,6 +46,7 @@ inline constexpr const char* begin = "fk_begin";
 inline constexpr const char* commit = "fk_commit";
 inline constexpr const char* op_record = "fk_op_record";
 inline constexpr const char* idem_expire = "fk_idem_expire";
+inline constexpr const char* idem_usage = "fk_idem_usage";
 // Fence floors (schema version 3).
 inline constexpr const char* floor_lock_floors = "fk_floor_lock_floors";
 inline constexpr const char* floor_lock_fences = "fk_floor_lock_fences";
@@ -132,10 +133,14 @@ std::string batch_lock_timeout_sql();
 //     (between the user's statement and COMMIT); FKR01 when an unexpired record exists.
 //   idem_expire_sql($1 retention_s, $2 limit): deletes up to `limit` expired records,
 //     oldest first, skipping rows another transaction holds; returns how many.
+//   idem_usage_sql($1 retention_s): per scope with an unexpired record: scope, records,
+//     bytes (store::idem_record_bytes summed), the oldest commit in Unix ms. One pass
+//     over the table in primary-key order, no lock (backends/idem_quota.hpp).
 std::string idem_get_sql(std::string_view schema);
 std::string advance_idem_sql(std::string_view schema);
 std::string op_record_sql(std::string_view schema);
 std::string idem_expire_sql(std::string_view schema);
+std::string idem_usage_sql(std::string_view schema);
 
 // Fence floors (table floors, schema version 3; docs/postgres.md, "Fence floors"). Every
 // write statement above checks the effective fence, max(own fence, the highest floor
