@@ -288,9 +288,13 @@ runuser -u postgres -- "$pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 60 
     >/dev/null 9>&- || { cat "$pg_dir/server.log" >&2; exit 1; }
 wait_for Postgres 60 "$pg_bin/pg_isready" -h 127.0.0.1 -p "$pg_port" -U postgres
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
-psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkmem" \
+# fkbench_prev: the --baseline-rev build's own database. An older build refuses a
+# schema that a newer one has migrated (FKV01: 32d0e1a knows schema version 1), and a
+# shared database would make either side's rows and indexes the other's load.
+psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkbench_prev" -c "CREATE DATABASE fkmem" \
     -c "ALTER DATABASE fkmem SET synchronous_commit = off"
 pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
+pg_url_prev="postgresql://postgres@127.0.0.1:$pg_port/fkbench_prev"
 
 # start_fk NAME ARGS...: starts fencekeeper (the binary $fk_bin, default $fk), sets
 # fk_pid_NAME and fk_port_NAME. With fk_tls=1, on HTTPS with L's certificate.
@@ -337,7 +341,7 @@ mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
 start_fk pg --store "$pg_url" ${FK_BENCH_FK_ARGS:-}  # P
 # S (own process: its own RSS and cache), on Postgres or (--stale-store file) a file store
 mkdir -p "$tmp/stalestore" "$tmp/stalestore-prev"
-stale_url="$pg_url" stale_url_prev="$pg_url"
+stale_url="$pg_url" stale_url_prev="$pg_url_prev"
 [[ $stale_store == file ]] && stale_url="file:$tmp/stalestore" stale_url_prev="file:$tmp/stalestore-prev"
 start_fk stale --store "$stale_url"
 start_fk file --store "file:$tmp/filestore"      # F
@@ -359,7 +363,7 @@ fi
 if [[ -n $fk_prev ]]; then   # the same, with REV's build (--baseline-rev)
     mkdir -p "$tmp/filestore-prev" "$tmp/healthstore-prev"
     # shellcheck disable=SC2086
-    want P && fk_bin=$fk_prev start_fk pg_prev --store "$pg_url" ${FK_BENCH_FK_ARGS:-}
+    want P && fk_bin=$fk_prev start_fk pg_prev --store "$pg_url_prev" ${FK_BENCH_FK_ARGS:-}
     want S && fk_bin=$fk_prev start_fk stale_prev --store "$stale_url_prev"
     want F && fk_bin=$fk_prev start_fk file_prev --store "file:$tmp/filestore-prev"
     want H && fk_bin=$fk_prev start_fk health_prev --store "file:$tmp/healthstore-prev"
