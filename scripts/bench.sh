@@ -21,14 +21,18 @@
 #                           run each with CPU split, batch sizes, WAL flushes, and (when
 #                           `perf` can record here) where the CPU time goes by process,
 #                           library and system call; installs linux-perf
-#            --baseline-rev REV  also build REV's fencekeeper (any git revision: main,
-#                           HEAD~1, a hash) from `git archive` into build-bench/prev-src
+#            --baseline-rev REV  the build to compare with (default: the previous release,
+#                           $previous_release below, or FK_BENCH_PREVIOUS; `none` for no
+#                           comparison): REV's fencekeeper (any git revision: main, HEAD~1,
+#                           a hash) is built from `git archive` into build-bench/prev-src
 #                           (never committed; rebuilt only when REV resolves to another
-#                           commit) and run it beside this build, in every round, for each
-#                           chosen scenario and client count, the two in alternating order
-#                           right before the baseline; the report adds this build's
-#                           throughput ÷ REV's (median and range over rounds). Latency and
-#                           memory runs stay on this build only.
+#                           commit) and run beside this build, in every round, for each of
+#                           P, F, S and H chosen and each client count, the two in
+#                           alternating order right before the baseline, P's and S's on a
+#                           database of their own; the report adds this build's throughput
+#                           and CPU-µs per request ÷ REV's (median and range over rounds),
+#                           and, when REV is the previous release, the targets on them.
+#                           Latency and memory runs stay on this build only.
 #
 # Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
 # fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
@@ -76,7 +80,12 @@ lat_rate=""
 warmup=""
 tick_us=1000
 profile=0
-baseline_rev=""
+# The previous release, which every run compares with by default (--baseline-rev): there
+# is no release tag yet, so it is pinned to 32d0e1a, the commit before Idempotency-Keys,
+# floors and transactions (issue 46). Move it when a release is cut; FK_BENCH_PREVIOUS
+# overrides it for one run.
+previous_release=32d0e1a
+baseline_rev="${FK_BENCH_PREVIOUS:-$previous_release}"
 stale_store=postgres
 while (($#)); do
     case "$1" in
@@ -184,10 +193,14 @@ fk="$repo/$build/fencekeeper"
 # keeps one path (build-bench/prev-src) so that ccache and CMake reuse earlier builds.
 fk_prev=""
 prev_desc=""
+[[ $baseline_rev == none ]] && baseline_rev=""
+# The previous-release targets apply when the comparison is with that release.
+prev_is_release=0
 if [[ -n $baseline_rev ]]; then
     prev_sha="$(git rev-parse --verify --quiet "$baseline_rev^{commit}")" \
         || { echo "bench.sh: --baseline-rev $baseline_rev is not a commit here" >&2; exit 2; }
     prev_desc="$(git rev-parse --short "$prev_sha") ($baseline_rev)"
+    [[ "$(git rev-parse --verify --quiet "$previous_release^{commit}")" == "$prev_sha" ]] && prev_is_release=1
     prev_src="$build/prev-src"
     if [[ "$(cat "$prev_src/.fk-rev" 2>/dev/null)" != "$prev_sha" ]]; then
         rm -rf "$prev_src"
@@ -287,6 +300,18 @@ runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UT
 runuser -u postgres -- "$pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 60 -o "$pg_settings" start \
     >/dev/null 9>&- || { cat "$pg_dir/server.log" >&2; exit 1; }
 wait_for Postgres 60 "$pg_bin/pg_isready" -h 127.0.0.1 -p "$pg_port" -U postgres
+# How fast this disk makes a WAL flush today: pg_test_fsync's one-8kB-write fdatasync
+# (Linux's default wal_sync_method), on the file system of Postgres's data directory, 1 s
+# per method, before any load. P's ratio to pgbench means little without it: on a disk
+# with cheap flushes pgbench is fast and the ratio small, on a slow one the opposite
+# (docs/benchmarks.md, "This run"); the ratio to the previous release does not move so.
+fsync_line=""
+if [[ -x $pg_bin/pg_test_fsync ]]; then
+    fsync_out="$(cd "$pg_dir" && timeout 120 "$pg_bin/pg_test_fsync" -s 1 -f "$pg_dir/fsync.test" 2>&1 || true)"
+    rm -f "$pg_dir/fsync.test"
+    fsync_line="$(awk '/^ *fdatasync / && $2 != "n/a" { printf "%s ops/s, %s us/op", $2, $4; exit }' <<<"$fsync_out")"
+    log "disk: fdatasync ${fsync_line:-not measured} (pg_test_fsync)"
+fi
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
 # fkbench_prev: the --baseline-rev build's own database. An older build refuses a
 # schema that a newer one has migrated (FKV01: 32d0e1a knows schema version 1), and a
@@ -1321,6 +1346,8 @@ fi
     echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit	$built_from"
     [[ -n $prev_desc ]] && echo "previous	$prev_desc"
+    ((prev_is_release)) && echo "previous_release	$previous_release"
+    [[ -n $fsync_line ]] && echo "fsync	$fsync_line"
     echo "cpu	$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
     echo "memory	$(free -g | awk '/^Mem:/ {print $2}') GiB"
     echo "kernel	$(uname -r)"
