@@ -313,12 +313,16 @@ if [[ -x $pg_bin/pg_test_fsync ]]; then
     log "disk: fdatasync ${fsync_line:-not measured} (pg_test_fsync)"
 fi
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
-# fkbench_prev: the --baseline-rev build's own database. An older build refuses a
-# schema that a newer one has migrated (FKV01: 32d0e1a knows schema version 1), and a
-# shared database would make either side's rows and indexes the other's load.
-psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkbench_prev" -c "CREATE DATABASE fkmem" \
+# One database per writer, all fresh, so that no side meets another's rows, dead tuples
+# or autovacuum: fkbench for pgbench and the batch ceiling (P's baselines), fkbench_fk for
+# this build's P and S fencekeepers, fkbench_prev for the --baseline-rev build's (an older
+# build refuses a schema a newer one has migrated: 32d0e1a knows schema version 1 and
+# stops with FKV01 on version 4). Each holds the same schema and tables.
+psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkbench_fk" \
+    -c "CREATE DATABASE fkbench_prev" -c "CREATE DATABASE fkmem" \
     -c "ALTER DATABASE fkmem SET synchronous_commit = off"
 pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
+pg_url_fk="postgresql://postgres@127.0.0.1:$pg_port/fkbench_fk"
 pg_url_prev="postgresql://postgres@127.0.0.1:$pg_port/fkbench_prev"
 
 # start_fk NAME ARGS...: starts fencekeeper (the binary $fk_bin, default $fk), sets
@@ -363,10 +367,15 @@ fi
 log "starting fencekeepers"
 mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
 # shellcheck disable=SC2086  # FK_BENCH_FK_ARGS: extra flags for P's fencekeeper (experiments)
-start_fk pg --store "$pg_url" ${FK_BENCH_FK_ARGS:-}  # P
+start_fk pg --store "$pg_url_fk" ${FK_BENCH_FK_ARGS:-}  # P
+# pgbench's and the ceiling's database gets its schema from this build, migrated by a
+# fencekeeper that stops once it is ready.
+start_fk schema --store "$pg_url"
+kill "$fk_pid_schema"
+wait "$fk_pid_schema" 2>/dev/null || true
 # S (own process: its own RSS and cache), on Postgres or (--stale-store file) a file store
 mkdir -p "$tmp/stalestore" "$tmp/stalestore-prev"
-stale_url="$pg_url" stale_url_prev="$pg_url_prev"
+stale_url="$pg_url_fk" stale_url_prev="$pg_url_prev"
 [[ $stale_store == file ]] && stale_url="file:$tmp/stalestore" stale_url_prev="file:$tmp/stalestore-prev"
 start_fk stale --store "$stale_url"
 start_fk file --store "file:$tmp/filestore"      # F
@@ -380,7 +389,7 @@ if want T && [[ "$(stat -f -c %T /dev/shm 2>/dev/null)" == tmpfs ]]; then
 fi
 if want L; then   # H and S over TLS: their own processes, stores as H's and S's
     mkdir -p "$tmp/healthstore-tls" "$tmp/stalestore-tls"
-    stale_url_tls="$pg_url"
+    stale_url_tls="$pg_url_fk"
     [[ $stale_store == file ]] && stale_url_tls="file:$tmp/stalestore-tls"
     fk_tls=1 start_fk health_tls --store "file:$tmp/healthstore-tls"  # H-TLS
     fk_tls=1 start_fk stale_tls --store "$stale_url_tls"              # S-TLS
@@ -803,7 +812,7 @@ txn_mix() {
         ((pnon + tnon == 0 && perr + terr == 0)) ||
             problem "T mix $side round $r: $((pnon + tnon)) non-2xx answers, $((perr + terr)) socket errors"
         local shared=""
-        [[ $side == mix ]] && shared="$(psql_ -d fkbench -tA -F' ' -c "
+        [[ $side == mix ]] && shared="$(psql_ -d fkbench_fk -tA -F' ' -c "
             WITH p AS (SELECT DISTINCT xmin::text AS x FROM fencekeeper.resources
                        WHERE key LIKE 'tmm$r-%'),
                  t AS (SELECT DISTINCT xmin::text AS x FROM fencekeeper.resources

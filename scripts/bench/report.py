@@ -1022,7 +1022,7 @@ are medians over the rounds, measured across each open-loop run the same way as 
 two cores.
 
 The row "P, Postgres alone" is P's reference, measured in each round right after P's run:
-`pgbench -R` sends the same fenced upsert straight to the same database at 70% of
+`pgbench -R` sends the same fenced upsert straight to the same Postgres at 70% of
 pgbench's own peak (its best median rate in the throughput table, with that many
 clients), after the same warm-up, and times each transaction from its scheduled start
 (the transaction time plus its schedule lag, from `pgbench -l`). It says what p99 the
@@ -1129,7 +1129,10 @@ synthetic results.
   -c N -j 2 -T {meta.get('duration')}` running `scripts/bench/pg_fenced_upsert.sql`, the very
   statement fencekeeper prepares for a PUT (generated from `backends/postgres/sql.cpp` and
   checked by a unit test), random key = lock out of a million, same body size, against the
-  same database and tables. Ratio = fencekeeper writes/s ÷ pgbench tps.
+  same tables in a database of its own on the same server (each writer has its own, so
+  that none meets another's rows, dead tuples or autovacuum: `fkbench` for pgbench and the
+  batch ceiling, `fkbench_fk` for this build, `fkbench_prev` for the previous one). Ratio
+  = fencekeeper writes/s ÷ pgbench tps.
 - **F**: the same `put` load against a file-store fencekeeper, versus
   `scripts/bench/durable_write_baseline.cpp` with one thread per client doing, per write,
   create temp file + write + `fsync` + `rename` + `fsync(dir)` in one directory of the same
