@@ -907,7 +907,17 @@ fi
 prev_side() {
     local scen=$1 c=$2 r=$3 turn=$4; shift 4
     [[ -n $fk_prev ]] || return 0
-    [[ $turn == NEW && $((r % 2)) == 1 || $turn == PREV && $((r % 2)) == 0 ]] || return 0
+    # Who goes first turns with the round and the client count: the first of the two runs
+    # right after the previous count's baseline (for P, pgbench's upserts and their
+    # autovacuum), and with the round alone this build went first in rounds 1 and 3 of 3
+    # at every count.
+    local ci=0 x
+    for x in $clients; do
+        [[ $x == "$c" ]] && break
+        ci=$((ci + 1))
+    done
+    local new_first=$(((r + ci) % 2))
+    [[ $turn == NEW && $new_first == 1 || $turn == PREV && $new_first == 0 ]] || return 0
     local pid port
     case $scen in
         P) pid=$fk_pid_pg_prev port=$fk_port_pg_prev ;;
