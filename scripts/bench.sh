@@ -199,7 +199,8 @@ prev_is_release=0
 if [[ -n $baseline_rev ]]; then
     prev_sha="$(git rev-parse --verify --quiet "$baseline_rev^{commit}")" \
         || { echo "bench.sh: --baseline-rev $baseline_rev is not a commit here" >&2; exit 2; }
-    prev_desc="$(git rev-parse --short "$prev_sha") ($baseline_rev)"
+    prev_desc="$(git rev-parse --short "$prev_sha")"
+    [[ $baseline_rev == "$prev_desc" ]] || prev_desc+=" ($baseline_rev)"
     [[ "$(git rev-parse --verify --quiet "$previous_release^{commit}")" == "$prev_sha" ]] && prev_is_release=1
     prev_src="$build/prev-src"
     if [[ "$(cat "$prev_src/.fk-rev" 2>/dev/null)" != "$prev_sha" ]]; then

@@ -800,7 +800,7 @@ ISSUE46_TEXT = """
 ## Where the time goes: the write rate after 32d0e1a (issue 46)
 
 Main wrote PUT → Postgres at about 0.83× the rate of 32d0e1a, the commit before
-Idempotency-Keys, floors and transactions. Measured at 6be6731 with
+Idempotency-Keys, floors and transactions. Measured at 6a89803 (the code of 6be6731) with
 `bash scripts/bench.sh --only P --rounds 3 --duration 10 --baseline-rev 32d0e1a`
 (load average 3.7 before, 8.2 after: two other builds on the two cores), this build ÷
 32d0e1a, median of rounds (range): **0.90** at 8 clients (0.87–0.92), **0.84** at 32
@@ -850,8 +850,21 @@ in Postgres CPU-µs per write and page faults per batch:
 
 (Single runs of 2–3 s on a loaded machine, ±20%; the page faults are exact and what
 moves the CPU figure. A keyed batch of 64 still crosses the line: there the keyed shape
-costs what 6be6731's did.) The figures after the change, side by side with 32d0e1a in one
-run, are in "Against the previous release" above. What a key costs beside that is in
+costs what 6be6731's did.)
+
+**After the change**, at 457891f with the same command (`--only P --rounds 3 --duration
+10`, now comparing with 32d0e1a by default; load average 9.6 before, about 11 at the end:
+another engineer's builds and fuzzers on the same two cores; fdatasync 3.8 ms, a slow
+disk that day), this build ÷ 32d0e1a, median (range): **0.94** at 8 clients
+(0.89–1.09), **0.99** at 32 (0.98–1.02), **0.89** at 128 (0.87–0.90), against 0.90, 0.84
+and 0.88 before. Per write, this build / 32d0e1a: fencekeeper's CPU 102 / 98 µs, 45 / 44,
+39 / 37; Postgres's CPU 176 / 158, 56 / 64, 38 / 34. So the target (≥ 1.0 at every count,
+CPU per write no higher) is **not met**: at 32 clients the rate is back and Postgres's CPU
+is below 32d0e1a's, at 128 the gap is about 6 µs of CPU per write (about 3 in
+fencekeeper's request path, about 4 in Postgres: the floors' read and join once per batch,
+and a larger plan to start for every batch), and at 8 clients (batches of four) the
+per-batch cost of the statement weighs most. Newer figures, side by side with 32d0e1a in
+one run, are in "Against the previous release" above. What a key costs beside that is in
 scenario I and in `pg_batch_ceiling DB SCHEMA BATCH SECONDS BYTES TAG keyed` (the batch
 statement alone with a fresh key per row) against the same without `keyed`.
 """
