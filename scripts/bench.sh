@@ -21,14 +21,18 @@
 #                           run each with CPU split, batch sizes, WAL flushes, and (when
 #                           `perf` can record here) where the CPU time goes by process,
 #                           library and system call; installs linux-perf
-#            --baseline-rev REV  also build REV's fencekeeper (any git revision: main,
-#                           HEAD~1, a hash) from `git archive` into build-bench/prev-src
+#            --baseline-rev REV  the build to compare with (default: the previous release,
+#                           $previous_release below, or FK_BENCH_PREVIOUS; `none` for no
+#                           comparison): REV's fencekeeper (any git revision: main, HEAD~1,
+#                           a hash) is built from `git archive` into build-bench/prev-src
 #                           (never committed; rebuilt only when REV resolves to another
-#                           commit) and run it beside this build, in every round, for each
-#                           chosen scenario and client count, the two in alternating order
-#                           right before the baseline; the report adds this build's
-#                           throughput ÷ REV's (median and range over rounds). Latency and
-#                           memory runs stay on this build only.
+#                           commit) and run beside this build, in every round, for each of
+#                           P, F, S and H chosen and each client count, the two in
+#                           alternating order right before the baseline, P's and S's on a
+#                           database of their own; the report adds this build's throughput
+#                           and CPU-µs per request ÷ REV's (median and range over rounds),
+#                           and, when REV is the previous release, the targets on them.
+#                           Latency and memory runs stay on this build only.
 #
 # Installs what is missing (wrk, nginx, Postgres, gnuplot, build deps), builds a Release
 # fencekeeper into build-bench/, starts a private Postgres, nginx and fencekeepers on free
@@ -76,7 +80,12 @@ lat_rate=""
 warmup=""
 tick_us=1000
 profile=0
-baseline_rev=""
+# The previous release, which every run compares with by default (--baseline-rev): there
+# is no release tag yet, so it is pinned to 32d0e1a, the commit before Idempotency-Keys,
+# floors and transactions (issue 46). Move it when a release is cut; FK_BENCH_PREVIOUS
+# overrides it for one run.
+previous_release=32d0e1a
+baseline_rev="${FK_BENCH_PREVIOUS:-$previous_release}"
 stale_store=postgres
 while (($#)); do
     case "$1" in
@@ -184,10 +193,15 @@ fk="$repo/$build/fencekeeper"
 # keeps one path (build-bench/prev-src) so that ccache and CMake reuse earlier builds.
 fk_prev=""
 prev_desc=""
+[[ $baseline_rev == none ]] && baseline_rev=""
+# The previous-release targets apply when the comparison is with that release.
+prev_is_release=0
 if [[ -n $baseline_rev ]]; then
     prev_sha="$(git rev-parse --verify --quiet "$baseline_rev^{commit}")" \
         || { echo "bench.sh: --baseline-rev $baseline_rev is not a commit here" >&2; exit 2; }
-    prev_desc="$(git rev-parse --short "$prev_sha") ($baseline_rev)"
+    prev_desc="$(git rev-parse --short "$prev_sha")"
+    [[ $baseline_rev == "$prev_desc" ]] || prev_desc+=" ($baseline_rev)"
+    [[ "$(git rev-parse --verify --quiet "$previous_release^{commit}")" == "$prev_sha" ]] && prev_is_release=1
     prev_src="$build/prev-src"
     if [[ "$(cat "$prev_src/.fk-rev" 2>/dev/null)" != "$prev_sha" ]]; then
         rm -rf "$prev_src"
@@ -287,10 +301,30 @@ runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data" -U postgres -A trust -E UT
 runuser -u postgres -- "$pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 60 -o "$pg_settings" start \
     >/dev/null 9>&- || { cat "$pg_dir/server.log" >&2; exit 1; }
 wait_for Postgres 60 "$pg_bin/pg_isready" -h 127.0.0.1 -p "$pg_port" -U postgres
+# How fast this disk makes a WAL flush today: pg_test_fsync's one-8kB-write fdatasync
+# (Linux's default wal_sync_method), on the file system of Postgres's data directory, 1 s
+# per method, before any load. P's ratio to pgbench means little without it: on a disk
+# with cheap flushes pgbench is fast and the ratio small, on a slow one the opposite
+# (docs/benchmarks.md, "This run"); the ratio to the previous release does not move so.
+fsync_line=""
+if [[ -x $pg_bin/pg_test_fsync ]]; then
+    fsync_out="$(cd "$pg_dir" && timeout 120 "$pg_bin/pg_test_fsync" -s 1 -f "$pg_dir/fsync.test" 2>&1 || true)"
+    rm -f "$pg_dir/fsync.test"
+    fsync_line="$(awk '/^ *fdatasync / && $2 != "n/a" { printf "%s ops/s, %s us/op", $2, $4; exit }' <<<"$fsync_out")"
+    log "disk: fdatasync ${fsync_line:-not measured} (pg_test_fsync)"
+fi
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
-psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkmem" \
+# One database per writer, all fresh, so that no side meets another's rows, dead tuples
+# or autovacuum: fkbench for pgbench and the batch ceiling (P's baselines), fkbench_fk for
+# this build's P and S fencekeepers, fkbench_prev for the --baseline-rev build's (an older
+# build refuses a schema a newer one has migrated: 32d0e1a knows schema version 1 and
+# stops with FKV01 on version 4). Each holds the same schema and tables.
+psql_ -d postgres -c "CREATE DATABASE fkbench" -c "CREATE DATABASE fkbench_fk" \
+    -c "CREATE DATABASE fkbench_prev" -c "CREATE DATABASE fkmem" \
     -c "ALTER DATABASE fkmem SET synchronous_commit = off"
 pg_url="postgresql://postgres@127.0.0.1:$pg_port/fkbench"
+pg_url_fk="postgresql://postgres@127.0.0.1:$pg_port/fkbench_fk"
+pg_url_prev="postgresql://postgres@127.0.0.1:$pg_port/fkbench_prev"
 
 # start_fk NAME ARGS...: starts fencekeeper (the binary $fk_bin, default $fk), sets
 # fk_pid_NAME and fk_port_NAME. With fk_tls=1, on HTTPS with L's certificate.
@@ -334,10 +368,15 @@ fi
 log "starting fencekeepers"
 mkdir -p "$tmp/filestore" "$tmp/healthstore" "$tmp/baseline"
 # shellcheck disable=SC2086  # FK_BENCH_FK_ARGS: extra flags for P's fencekeeper (experiments)
-start_fk pg --store "$pg_url" ${FK_BENCH_FK_ARGS:-}  # P
+start_fk pg --store "$pg_url_fk" ${FK_BENCH_FK_ARGS:-}  # P
+# pgbench's and the ceiling's database gets its schema from this build, migrated by a
+# fencekeeper that stops once it is ready.
+start_fk schema --store "$pg_url"
+kill "$fk_pid_schema"
+wait "$fk_pid_schema" 2>/dev/null || true
 # S (own process: its own RSS and cache), on Postgres or (--stale-store file) a file store
 mkdir -p "$tmp/stalestore" "$tmp/stalestore-prev"
-stale_url="$pg_url" stale_url_prev="$pg_url"
+stale_url="$pg_url_fk" stale_url_prev="$pg_url_prev"
 [[ $stale_store == file ]] && stale_url="file:$tmp/stalestore" stale_url_prev="file:$tmp/stalestore-prev"
 start_fk stale --store "$stale_url"
 start_fk file --store "file:$tmp/filestore"      # F
@@ -351,7 +390,7 @@ if want T && [[ "$(stat -f -c %T /dev/shm 2>/dev/null)" == tmpfs ]]; then
 fi
 if want L; then   # H and S over TLS: their own processes, stores as H's and S's
     mkdir -p "$tmp/healthstore-tls" "$tmp/stalestore-tls"
-    stale_url_tls="$pg_url"
+    stale_url_tls="$pg_url_fk"
     [[ $stale_store == file ]] && stale_url_tls="file:$tmp/stalestore-tls"
     fk_tls=1 start_fk health_tls --store "file:$tmp/healthstore-tls"  # H-TLS
     fk_tls=1 start_fk stale_tls --store "$stale_url_tls"              # S-TLS
@@ -359,7 +398,7 @@ fi
 if [[ -n $fk_prev ]]; then   # the same, with REV's build (--baseline-rev)
     mkdir -p "$tmp/filestore-prev" "$tmp/healthstore-prev"
     # shellcheck disable=SC2086
-    want P && fk_bin=$fk_prev start_fk pg_prev --store "$pg_url" ${FK_BENCH_FK_ARGS:-}
+    want P && fk_bin=$fk_prev start_fk pg_prev --store "$pg_url_prev" ${FK_BENCH_FK_ARGS:-}
     want S && fk_bin=$fk_prev start_fk stale_prev --store "$stale_url_prev"
     want F && fk_bin=$fk_prev start_fk file_prev --store "file:$tmp/filestore-prev"
     want H && fk_bin=$fk_prev start_fk health_prev --store "file:$tmp/healthstore-prev"
@@ -774,7 +813,7 @@ txn_mix() {
         ((pnon + tnon == 0 && perr + terr == 0)) ||
             problem "T mix $side round $r: $((pnon + tnon)) non-2xx answers, $((perr + terr)) socket errors"
         local shared=""
-        [[ $side == mix ]] && shared="$(psql_ -d fkbench -tA -F' ' -c "
+        [[ $side == mix ]] && shared="$(psql_ -d fkbench_fk -tA -F' ' -c "
             WITH p AS (SELECT DISTINCT xmin::text AS x FROM fencekeeper.resources
                        WHERE key LIKE 'tmm$r-%'),
                  t AS (SELECT DISTINCT xmin::text AS x FROM fencekeeper.resources
@@ -869,7 +908,17 @@ fi
 prev_side() {
     local scen=$1 c=$2 r=$3 turn=$4; shift 4
     [[ -n $fk_prev ]] || return 0
-    [[ $turn == NEW && $((r % 2)) == 1 || $turn == PREV && $((r % 2)) == 0 ]] || return 0
+    # Who goes first turns with the round and the client count: the first of the two runs
+    # right after the previous count's baseline (for P, pgbench's upserts and their
+    # autovacuum), and with the round alone this build went first in rounds 1 and 3 of 3
+    # at every count.
+    local ci=0 x
+    for x in $clients; do
+        [[ $x == "$c" ]] && break
+        ci=$((ci + 1))
+    done
+    local new_first=$(((r + ci) % 2))
+    [[ $turn == NEW && $new_first == 1 || $turn == PREV && $new_first == 0 ]] || return 0
     local pid port
     case $scen in
         P) pid=$fk_pid_pg_prev port=$fk_port_pg_prev ;;
@@ -1317,6 +1366,8 @@ fi
     echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit	$built_from"
     [[ -n $prev_desc ]] && echo "previous	$prev_desc"
+    ((prev_is_release)) && echo "previous_release	$previous_release"
+    [[ -n $fsync_line ]] && echo "fsync	$fsync_line"
     echo "cpu	$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
     echo "memory	$(free -g | awk '/^Mem:/ {print $2}') GiB"
     echo "kernel	$(uname -r)"

@@ -373,7 +373,8 @@ net::awaitable<void> write_batcher::batch_runner() {
 
 // On the connection's strand: one unkeyed write alone as the single-row statement (a third
 // of the batch pipeline's database CPU for one row), several, or a keyed one, as [begin,
-// batch, Sync] in one implicit transaction.
+// batch, Sync] in one implicit transaction, the batch in the shape its rows need (keyed
+// when any carries an Idempotency-Key: sql/params.hpp, write_batch_statement).
 net::awaitable<std::vector<write_mapping>>
 write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items,
                             detail::millis timeout, std::chrono::seconds idem_retention) {
@@ -388,10 +389,10 @@ write_batcher::run_batch_on(pool::conn_ptr c, std::vector<sql::batch_item> items
     rows.reserve(items.size());
     for (const auto& it : items)
         rows.push_back({it.token, !it.is_delete});
-    const auto params = sql::write_batch_params(items, idem_retention);
+    const auto stmt = sql::write_batch_statement(items, idem_retention);
     static const sql::param_list none;
     std::vector<detail::pipeline_step> steps{{sql::name::batch_begin, &none},
-                                             {sql::name::write_batch, &params}};
+                                             {stmt.statement, &stmt.params}};
     auto o = co_await c->exec_pipeline(steps, timeout);
     co_return map_batch(o, rows, steps.size() - 1);
 }
@@ -407,14 +408,14 @@ write_batcher::run_mixed_on(pool::conn_ptr c, std::vector<sql::batch_item> items
                             std::vector<const txn_request*> txns, detail::millis timeout,
                             std::chrono::seconds idem_retention) {
     static const sql::param_list none;
-    const auto batch_params = sql::write_batch_params(items, idem_retention);
+    const auto stmt = sql::write_batch_statement(items, idem_retention);
     std::vector<sql::param_list> txn_params;
     txn_params.reserve(txns.size());
     for (const auto* t : txns)
         txn_params.push_back(sql::txn_params(t->ops));
     std::vector<detail::pipeline_step> steps{{sql::name::batch_begin, &none}};
     if (!items.empty())
-        steps.push_back({sql::name::write_batch, &batch_params});
+        steps.push_back({stmt.statement, &stmt.params});
     const std::size_t batch_at = 1;
     std::vector<std::size_t> txn_at;
     bool bounded = false; // lock_timeout set

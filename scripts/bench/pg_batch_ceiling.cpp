@@ -10,13 +10,16 @@
 // write_batch_params), so this measures the statement fencekeeper sends, minus HTTP, the
 // proxy's own CPU and its turnaround between batches. Keys and locks are TAG-n, the
 // token is n, bodies BODY_BYTES of 'x', as in P's wrk load. The schema must exist (start
-// a fencekeeper on the database once).
+// a fencekeeper on the database once). SHAPE (optional) is `plain` (the default: no
+// Idempotency-Key, the plain statement fencekeeper sends for such batches) or `keyed`
+// (every write with a fresh Idempotency-Key, the keyed statement): the two side by side
+// are what the keys cost the database (docs/benchmarks.md, "Where the time goes").
 // Prints "batches=N writes=W seconds=S writes_per_s=R".
 //
 // Build (after the fencekeeper target, whose libraries it links), from the repository:
 //   g++ -O2 -std=c++20 -I. -I/usr/include/postgresql scripts/bench/pg_batch_ceiling.cpp
 //       build/libfk_store_pg.a build/libfk_asio.a build/libfk_fence.a -lpq
-// Usage: pg_batch_ceiling CONNINFO SCHEMA BATCH SECONDS BODY_BYTES TAG
+// Usage: pg_batch_ceiling CONNINFO SCHEMA BATCH SECONDS BODY_BYTES TAG [SHAPE]
 
 #include "backends/postgres/sql.hpp"
 
@@ -75,11 +78,19 @@ long collect(PGconn* c) {
 } // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 7) {
-        std::fprintf(stderr, "usage: %s CONNINFO SCHEMA BATCH SECONDS BODY_BYTES TAG\n", argv[0]);
+    if (argc != 7 && argc != 8) {
+        std::fprintf(stderr,
+                     "usage: %s CONNINFO SCHEMA BATCH SECONDS BODY_BYTES TAG [plain|keyed]\n",
+                     argv[0]);
         return 2;
     }
     const std::string schema = argv[2], tag = argv[6];
+    const std::string shape = argc == 8 ? argv[7] : "plain";
+    const bool keyed = shape == "keyed";
+    if (!keyed && shape != "plain") {
+        std::fprintf(stderr, "pg_batch_ceiling: SHAPE is plain or keyed\n");
+        return 2;
+    }
     const long batch = std::atol(argv[3]);
     const double seconds = std::atof(argv[4]);
     const std::string body(static_cast<std::size_t>(std::atol(argv[5])), 'x');
@@ -94,13 +105,15 @@ int main(int argc, char** argv) {
     if (PQstatus(c) != CONNECTION_OK)
         fail("connect", c);
     prepare(c, sql::name::batch_begin, sql::batch_begin_sql());
-    prepare(c, sql::name::write_batch, sql::write_batch_sql(schema));
+    prepare(c, sql::name::write_batch, sql::write_batch_sql(schema, sql::batch_shape::plain));
+    prepare(c, sql::name::write_batch_keyed, sql::write_batch_sql(schema, sql::batch_shape::keyed));
     if (PQenterPipelineMode(c) != 1)
         fail("pipeline mode", c);
 
     long n = 0, batches = 0, writes = 0;
     std::vector<std::string> names(static_cast<std::size_t>(batch));
     std::vector<sql::batch_item> items(static_cast<std::size_t>(batch));
+    std::vector<fk::store::idempotency> keys(keyed ? items.size() : 0);
     const auto start = std::chrono::steady_clock::now();
     const auto end = start + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < end) {
@@ -112,12 +125,16 @@ int main(int argc, char** argv) {
             items[i].token = n;
             items[i].body = body;
             items[i].content_type = content_type;
+            if (keyed) {
+                keys[i] = {"", names[i], std::string(32, 'f')};
+                items[i].idem = &keys[i];
+            }
         }
-        const auto params = sql::write_batch_params(items, std::chrono::seconds(86'400));
-        const sql::param_arrays a(params); // as the store sends them
+        const auto st = sql::write_batch_statement(items, std::chrono::seconds(86'400));
+        const sql::param_arrays a(st.params); // as the store sends them
         if (!PQsendQueryPrepared(c, sql::name::batch_begin, 0, nullptr, nullptr, nullptr, 0) ||
-            !PQsendQueryPrepared(c, sql::name::write_batch, a.size(), a.values.data(),
-                                 a.lengths.data(), a.formats.data(), 0) ||
+            !PQsendQueryPrepared(c, st.statement, a.size(), a.values.data(), a.lengths.data(),
+                                 a.formats.data(), 0) ||
             !PQpipelineSync(c) || PQflush(c) != 0)
             fail("send", c);
         const long applied = collect(c);

@@ -30,7 +30,7 @@ NORMAL = {
 NORMAL_CEILING = {32: (20076, 16), 128: (40666, 60)}
 
 
-def write_results(d, rows, ceiling=(), idem=(), txn=(), create=(), mix=()):
+def write_results(d, rows, ceiling=(), idem=(), txn=(), create=(), mix=(), meta=()):
     """rows: (scenario, clients, round, side, rate); ceiling: (clients, round, batch, rate);
     idem: (store, clients, round, mode, rate)."""
     with open(os.path.join(d, "results.tsv"), "w") as f:
@@ -65,6 +65,8 @@ def write_results(d, rows, ceiling=(), idem=(), txn=(), create=(), mix=()):
                 f.write("%s\t%d\t%.1f\n" % (st, rnd, us))
     with open(os.path.join(d, "meta.tsv"), "w") as f:
         f.write("command\tbash scripts/bench.sh --quick\nrounds\t1\nduration\t3\n")
+        for k, v in meta:
+            f.write("%s\t%s\n" % (k, v))
 
 
 def normal_rows(rounds=1, scens="PFSH"):
@@ -84,10 +86,10 @@ def replace(rows, scen, c, rnd, side, rate):
 
 
 class Report:
-    def __init__(self, rows, ceiling=(), idem=(), txn=(), create=(), mix=()):
+    def __init__(self, rows, ceiling=(), idem=(), txn=(), create=(), mix=(), meta=()):
         d = tempfile.mkdtemp(prefix="fk-report-test-")
         try:
-            write_results(d, rows, ceiling, idem, txn, create, mix)
+            write_results(d, rows, ceiling, idem, txn, create, mix, meta)
             p = subprocess.run([sys.executable, REPORT, d, "0"], capture_output=True,
                                text=True, timeout=120)
             if p.returncode != 0:
@@ -124,6 +126,49 @@ class Report:
 
 P128 = "P ratio at 128 clients ≥ 2.0"
 P32 = "P ratio at 32 clients ≥ 2.0"
+
+
+RELEASE = (("previous", "32d0e1a"), ("previous_release", "32d0e1a"))
+
+
+def with_previous(rows, rel):
+    """rows plus a "previous" side per fencekeeper row: its rate ÷ rel(scen, clients)."""
+    return rows + [(s, c, r, "previous", rate / rel(s, c))
+                   for s, c, r, side, rate in rows if side == "fencekeeper"]
+
+
+class PreviousReleaseTest(unittest.TestCase):
+    def test_previous_release_ratio_has_a_target_per_scenario_and_client_count(self):
+        rows = with_previous(normal_rows(rounds=3), lambda s, c: 0.95 if (s, c) == ("P", 32) else 1.0)
+        r = Report(rows, normal_ceiling(rounds=3),
+                   meta=RELEASE + (("fsync", "3067.861 ops/s, 326 us/op"),))
+        v = r.verdicts()
+        self.assertEqual(v["P ÷ previous release 32d0e1a at 32 clients ≥ 0.97"][1], "**MISS**")
+        self.assertTrue(v["P ÷ previous release 32d0e1a at 32 clients ≥ 0.97"][0].startswith("0.950"))
+        for scen in "PFSH":
+            for c in (8, 32, 128):
+                if (scen, c) != ("P", 32):
+                    self.assertEqual(v["%s ÷ previous release 32d0e1a at %d clients ≥ 0.97" % (scen, c)][1],
+                                     "**PASS**", (scen, c))
+        # The baseline targets stay, beside them.
+        self.assertEqual(v[P128][1], "**PASS**")
+        table = r.section("Throughput: ratio to the baseline")
+        self.assertIn("### Against the previous release, 32d0e1a (bench.sh's `previous_release`", table)
+        self.assertIn("| P | 32 | 18,451 writes/s | 19,422 writes/s | **0.950** |", table)
+        # The disk's speed and pgbench's own rate, for reading the ratio to pgbench.
+        run = r.section("This run")
+        self.assertIn("fdatasync 3067.861 ops/s, 326 us/op", run)
+        self.assertIn("a **fast** disk today", run)
+        self.assertIn("pgbench's own rate 8,381 tps at 8 clients, 10,911 tps at 32 clients", run)
+
+    def test_another_revision_is_compared_without_the_release_targets(self):
+        rows = with_previous(normal_rows(), lambda s, c: 0.5)
+        r = Report(rows, normal_ceiling(), meta=(("previous", "abc1234 (HEAD~1)"),
+                                                 ("fsync", "400.0 ops/s, 2500 us/op")))
+        v = r.verdicts()
+        self.assertEqual([t for t in v if "previous release" in t], [])
+        self.assertIn("### Against abc1234 (HEAD~1)", r.section("Throughput: ratio to the baseline"))
+        self.assertIn("a **slow** disk today", r.section("This run"))
 
 
 class VerdictTest(unittest.TestCase):

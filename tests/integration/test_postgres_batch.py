@@ -148,6 +148,73 @@ def test_one_batch_holds_stale_fresh_refused_and_deleted_writes():
     print("  metrics: %d writes in %d batches" % (writes, batches))
 
 
+def test_each_batch_shape_refuses_zombies_and_writes_under_another_proxys_floor():
+    """A batch with no Idempotency-Key goes out as the plain statement, one with keys as
+    the keyed statement (sql/batch.cpp): each must refuse, inside a batch, a write whose
+    lock's fence another proxy raised (a zombie) and a write below a floor another proxy
+    raised, while it applies the fresh writes beside them. p1 knows neither the fences nor
+    the floor: only the statement's own reads can refuse them."""
+    store, p1, p2 = start_pair()
+    schema = fk.psql("SELECT quote_ident('%s')" % store.schema).strip()
+    for shape in ("plain", "keyed"):
+        prefix = "shape-%s/" % shape
+        key = lambda i: "%sk%02d" % (prefix, i)
+        lock = lambda i: "%sg%d/L%02d" % (prefix, i % 4, i)
+        floor = prefix + "g1/"
+
+        def setup(i):
+            with p1.client() as c:
+                return c.put(key(i), b"v1", token=10, lock=lock(i)).status
+        eq(sorted(set(run_together(N, setup))), [201], "%s: setup" % shape)
+        # Through p2, which p1 does not hear from: group 0's fences to 100, and a floor of
+        # 80 over group 1's locks.
+        with p2.client() as c:
+            for i in range(0, N, 4):
+                expect_status(c.put_fence(lock(i), 100), 200, "raise %s" % lock(i))
+            r = c.request("PUT", "/v1/floors?prefix=" + urllib.parse.quote(floor, safe=""),
+                          headers={"Fencing-Token": "80"})
+            expect_status(r, 200, "floor %s" % floor)
+
+        # i % 4: 0 zombie PUT, 1 PUT under the floor, 2 fresh PUT, 3 fresh DELETE; keyed:
+        # each with an Idempotency-Key of its own.
+        def write(i):
+            h = {"Idempotency-Key": "%s-%s-%02d" % (shape, fk.rand_name(6), i)} if shape == "keyed" else None
+            with p1.client() as c:
+                if i % 4 == 3:
+                    return c.delete(key(i), token=50, lock=lock(i), headers=h)
+                return c.put(key(i), b"v2", token=50, lock=lock(i), headers=h)
+
+        before = sql_rows("SELECT count(*) FROM %s.idempotency" % schema)[0][0]
+        results = run_together(N, write)
+        for i, r in enumerate(results):
+            what = "%s: client %d (group %d)" % (shape, i, i % 4)
+            if i % 4 == 0:
+                b = expect_error(r, 409, "stale_token", what)
+                eq((b["token"], b["current_token"], b.get("floor")), (50, 100, None), what)
+            elif i % 4 == 1:
+                b = expect_error(r, 409, "stale_token", what)
+                eq((b["token"], b["current_token"], b.get("floor")), (50, 80, floor), what)
+            elif i % 4 == 2:
+                expect_status(r, 200, what)
+            else:
+                expect_status(r, 204, what)
+        rows = sql_rows("SELECT key, token, deleted FROM %s.resources WHERE key LIKE '%s%%' ORDER BY key"
+                        % (schema, prefix))
+        eq(rows, [[key(i), "50" if i % 4 >= 2 else "10", "t" if i % 4 == 3 else "f"] for i in range(N)],
+           "%s: rows" % shape)
+        fences = dict(sql_rows("SELECT lock, token FROM %s.fences WHERE lock LIKE '%s%%'" % (schema, prefix)))
+        eq(fences, {lock(i): {0: "100", 1: "10", 2: "50", 3: "50"}[i % 4] for i in range(N)},
+           "%s: fences" % shape)
+        written = sql_rows("SELECT count(*), count(DISTINCT xmin::text) FROM %s.resources "
+                           "WHERE key LIKE '%s%%' AND token = 50" % (schema, prefix))[0]
+        check(int(written[1]) < int(written[0]),
+              "%s: %s writes in %s transactions: no batch formed" % (shape, written[0], written[1]))
+        # Records for the applied keyed writes only; none from the plain statement.
+        after = sql_rows("SELECT count(*) FROM %s.idempotency" % schema)[0][0]
+        eq(int(after) - int(before), N // 2 if shape == "keyed" else 0, "%s: records" % shape)
+        print("  %s: %s writes committed in %s transactions" % (shape, written[0], written[1]))
+
+
 def test_creates_racing_on_one_new_key_under_different_locks():
     store, p1, p2 = start_pair()
     schema = fk.psql("SELECT quote_ident('%s')" % store.schema).strip()
@@ -468,15 +535,20 @@ def test_bench_ceiling_tool_applies_every_write():
     store = fk.pg_store()
     p = store.start()
     p.wait_ready()   # the schema exists from here on
-    tag = "ceil-%s-" % fk.rand_name(6)
-    r = subprocess.run([exe, PG_URL, store.schema, "4", "0.5", "256", tag],
-                       capture_output=True, text=True, timeout=60)
-    eq(r.returncode, 0, "pg_batch_ceiling: %s %s" % (r.stdout, r.stderr))
-    fields = dict(kv.split("=") for kv in r.stdout.split())
-    writes = int(fields["writes"])
-    check(writes >= 4 and writes % 4 == 0, "writes %d: not whole batches of 4" % writes)
-    eq(int(sql_rows("SELECT count(*) FROM \"%s\".resources WHERE key LIKE '%s%%' AND version = 1"
-                    % (store.schema, tag))[0][0]), writes, "rows the tool wrote")
+    # Both statement shapes: no argument (plain), and keyed (a record per write).
+    for shape in (None, "keyed"):
+        tag = "ceil-%s-" % fk.rand_name(6)
+        r = subprocess.run([exe, PG_URL, store.schema, "4", "0.5", "256", tag] + ([shape] if shape else []),
+                           capture_output=True, text=True, timeout=60)
+        eq(r.returncode, 0, "pg_batch_ceiling %s: %s %s" % (shape, r.stdout, r.stderr))
+        fields = dict(kv.split("=") for kv in r.stdout.split())
+        writes = int(fields["writes"])
+        check(writes >= 4 and writes % 4 == 0, "writes %d: not whole batches of 4" % writes)
+        eq(int(sql_rows("SELECT count(*) FROM \"%s\".resources WHERE key LIKE '%s%%' AND version = 1"
+                        % (store.schema, tag))[0][0]), writes, "rows the tool wrote (%s)" % shape)
+        eq(int(sql_rows("SELECT count(*) FROM \"%s\".idempotency WHERE key LIKE '%s%%'"
+                        % (store.schema, tag))[0][0]), writes if shape else 0,
+           "records the tool's writes left (%s)" % shape)
 
 
 if __name__ == "__main__":

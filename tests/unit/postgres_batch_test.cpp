@@ -104,45 +104,61 @@ fake_ptr w(std::string key, std::string lock) {
 } // namespace
 
 TEST_CASE("batch statement: key rows locked in key order, fences in lock order, then new keys") {
-    const auto s = sql::write_batch_sql("fk");
-    CHECK(s.rfind("WITH i AS MATERIALIZED", 0) == 0);
-    CHECK(s.find(';') == std::string::npos);
-    const auto keys = pos(s, "ORDER BY r.key COLLATE \"C\" FOR UPDATE");
-    const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
-    const auto fence_order = pos(s, "ORDER BY c.lock COLLATE \"C\"");
-    const auto data = pos(s, "UPDATE \"fk\".resources r SET");
-    const auto creates = pos(s, "INSERT INTO \"fk\".resources AS r");
-    const auto create_order = pos(s, "ORDER BY u.key COLLATE \"C\"");
-    CHECK(keys < fences);
-    CHECK(fences < fence_order);
-    CHECK(fence_order < data);
-    CHECK(data < creates);
-    CHECK(creates < create_order);
-    // Each row's fence step depends on that row's own checks only (and the floor over
-    // its lock).
-    pos(s, "WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered AND NOT c.below_floor\n");
-    pos(s, "WHERE fe.token <= EXCLUDED.token");
-    // Data only for rows whose fence step returned a row; updates only of locked rows,
-    // inserts only of absent keys, never over a row created meanwhile.
-    pos(s, "FROM c JOIN f ON f.lock = c.lock");
-    pos(s, "FROM u WHERE NOT u.absent AND r.key = u.key");
-    pos(s, "FROM u WHERE u.absent\n");
-    CHECK(pos(s, "ON CONFLICT (key) DO NOTHING") > create_order);
-    // No placeholder rows any more; results in input order; a fenced row left unwritten
-    // (a create race) rolls the batch back with the retry state.
-    CHECK(s.find("version = 0") == std::string::npos);
-    CHECK(s.find("DELETE") == std::string::npos);
-    pos(s, "WITH ORDINALITY");
-    CHECK(s.ends_with("\nORDER BY c.n"));
-    pos(s, "AND w.n IS NULL AND v.key IS NULL");
-    pos(s, "fk_raise('FKR01'");
-    CHECK(s.find("$12::bytea[]") != std::string::npos);
-    CHECK(s.find("$13::bigint") != std::string::npos);
-    CHECK(s.find("$14") == std::string::npos);
-    bool batch = false;
-    for (const auto& st : sql::prepared_statements("fk"))
-        batch |= std::string(st.name) == sql::name::write_batch && st.nparams == 13;
-    CHECK(batch);
+    for (const auto shape : {sql::batch_shape::plain, sql::batch_shape::keyed}) {
+        CAPTURE(static_cast<int>(shape));
+        const auto s = sql::write_batch_sql("fk", shape);
+        CHECK(s.rfind("WITH i AS MATERIALIZED", 0) == 0);
+        CHECK(s.find(';') == std::string::npos);
+        const auto keys = pos(s, "ORDER BY r.key COLLATE \"C\" FOR UPDATE");
+        const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
+        const auto fence_order = pos(s, "ORDER BY c.lock COLLATE \"C\"");
+        const auto data = pos(s, "UPDATE \"fk\".resources r SET");
+        const auto creates = pos(s, "INSERT INTO \"fk\".resources AS r");
+        const auto create_order = pos(s, "ORDER BY u.key COLLATE \"C\"");
+        CHECK(keys < fences);
+        CHECK(fences < fence_order);
+        CHECK(fence_order < data);
+        CHECK(data < creates);
+        CHECK(creates < create_order);
+        // Each row's fence step depends on that row's own checks only (and the floor over
+        // its lock).
+        pos(s,
+            "WHERE NOT c.mismatch AND NOT c.pre_failed AND NOT c.answered AND NOT c.below_floor\n");
+        pos(s, "WHERE fe.token <= EXCLUDED.token");
+        // Data only for rows whose fence step returned a row; updates only of locked rows,
+        // inserts only of absent keys, never over a row created meanwhile.
+        pos(s, "FROM c JOIN f ON f.lock = c.lock");
+        pos(s, "FROM u WHERE NOT u.absent AND r.key = u.key");
+        pos(s, "FROM u WHERE u.absent\n");
+        CHECK(pos(s, "ON CONFLICT (key) DO NOTHING") > create_order);
+        // No placeholder rows any more; results in input order; a fenced row left unwritten
+        // (a create race) rolls the batch back with the retry state.
+        CHECK(s.find("version = 0") == std::string::npos);
+        CHECK(s.find("DELETE") == std::string::npos);
+        pos(s, "WITH ORDINALITY");
+        CHECK(s.ends_with("\nORDER BY c.n"));
+        pos(s, "AND w.n IS NULL AND v.key IS NULL");
+        pos(s, "fk_raise('FKR01'");
+        const bool keyed = shape == sql::batch_shape::keyed;
+        CHECK((s.find("$12::bytea[]") != std::string::npos) == keyed);
+        CHECK((s.find("$13::bigint") != std::string::npos) == keyed);
+        CHECK(s.find("$9::boolean[]") != std::string::npos);
+        CHECK((s.find("$10") == std::string::npos) == !keyed);
+        CHECK(s.find("$14") == std::string::npos);
+        // The floors are read once per batch in both shapes, and matched to the rows by one
+        // join (no sort per row).
+        pos(s, "SELECT fl.prefix, fl.token FROM \"fk\".floors fl ORDER BY fl.prefix");
+        pos(s, "SELECT DISTINCT ON (i.n) i.n, h.prefix, h.token\n"
+               "  FROM i JOIN h ON starts_with(i.lock, h.prefix)\n"
+               "  ORDER BY i.n, h.token DESC, octet_length(h.prefix) DESC");
+        pos(s, "LEFT JOIN hf ON hf.n = i.n");
+        pos(s, "coalesce(x.token < x.floor_token, false) AS below_floor");
+        bool batch = false;
+        const char* name = keyed ? sql::name::write_batch_keyed : sql::name::write_batch;
+        for (const auto& st : sql::prepared_statements("fk"))
+            batch |= std::string(st.name) == name && st.nparams == (keyed ? 13 : 9);
+        CHECK(batch);
+    }
 }
 
 TEST_CASE("batch transaction plans index lookups, for itself only") {
@@ -227,7 +243,8 @@ TEST_CASE("write_batch_params: arrays in input order, bodies verbatim") {
     items[2].token = 9;
     items[2].pre.if_none_match_any = true;
     items[2].pre.if_match = 0; // never matches: stays failing
-    const auto p = sql::write_batch_params(items, std::chrono::seconds(60));
+    const auto p =
+        sql::write_batch_params(items, sql::batch_shape::keyed, std::chrono::seconds(60));
     REQUIRE(p.size() == 13);
     for (std::size_t i = 0; i < 12; ++i)
         CHECK(p[i].is_binary);

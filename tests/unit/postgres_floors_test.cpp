@@ -158,8 +158,10 @@ TEST_CASE("schema 3 adds the floors table and the floor-checking fence step") {
     CHECK(m.find("INSERT INTO \"fk\".schema_version (version) VALUES (3)") != std::string::npos);
     CHECK(m.find("IF v > " + std::to_string(sql::schema_version) + " THEN") != std::string::npos);
     // Every write statement checks the floor in its fence step and names it.
-    for (const auto& s : {sql::put_sql("fk"), sql::delete_sql("fk"), sql::advance_sql("fk"),
-                          sql::advance_idem_sql("fk"), sql::write_batch_sql("fk")}) {
+    for (const auto& s :
+         {sql::put_sql("fk"), sql::delete_sql("fk"), sql::advance_sql("fk"),
+          sql::advance_idem_sql("fk"), sql::write_batch_sql("fk", sql::batch_shape::plain),
+          sql::write_batch_sql("fk", sql::batch_shape::keyed)}) {
         CHECK(s.find("FROM \"fk\".floors fl") != std::string::npos);
         CHECK(s.find("starts_with(") != std::string::npos);
         CHECK(s.find(" AS floor") != std::string::npos);

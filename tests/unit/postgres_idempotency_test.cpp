@@ -106,7 +106,7 @@ TEST_CASE("schema 2 adds the idempotency table and refuses newer schemas") {
 }
 
 TEST_CASE("batch statement: records looked up first, claimed last, a lost claim raises") {
-    const auto s = sql::write_batch_sql("fk");
+    const auto s = sql::write_batch_sql("fk", sql::batch_shape::keyed);
     // One primary-key probe per keyed row, the expiry condition kept out of it (a join
     // planned a scan of every unexpired record).
     const auto lookup = pos(s, "FROM i CROSS JOIN LATERAL (");
@@ -115,7 +115,7 @@ TEST_CASE("batch statement: records looked up first, claimed last, a lost claim 
     const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
     const auto creates = pos(s, "INSERT INTO \"fk\".resources AS r");
     const auto claim = pos(s, "INSERT INTO \"fk\".idempotency AS d");
-    const auto claim_order = pos(s, "ORDER BY i.scope COLLATE \"C\", i.ikey COLLATE \"C\"");
+    const auto claim_order = pos(s, "ORDER BY c.scope COLLATE \"C\", c.ikey COLLATE \"C\"");
     const auto conflict = pos(s, "ON CONFLICT (scope, key) DO UPDATE");
     CHECK(lookup < keys);
     CHECK(keys < fences);
@@ -130,7 +130,13 @@ TEST_CASE("batch statement: records looked up first, claimed last, a lost claim 
     // row without its record raises FKR01.
     pos(s, "AND NOT c.answered\n");
     pos(s, "(SELECT count(*) FROM w) + (SELECT count(*) FROM v) >= 0");
-    pos(s, "WHEN f.token IS NOT NULL AND i.ikey IS NOT NULL AND rec.key IS NULL");
+    pos(s, "WHEN f.token IS NOT NULL AND c.ikey IS NOT NULL AND rec.key IS NULL");
+    // The record's columns ride in c: rec and the final SELECT join neither i nor e.
+    pos(s, "x.scope, x.ikey, x.fingerprint, x.rec_same, x.rec_created, x.rec_version,");
+    pos(s, "  FROM c JOIN f ON f.lock = c.lock\n    LEFT JOIN w ON w.n = c.n");
+    pos(s, "LEFT JOIN rec ON rec.scope = c.scope AND rec.key = c.ikey");
+    CHECK(s.find("JOIN e ON e.n = c.n") == std::string::npos);
+    CHECK(s.find("JOIN i ON i.n = c.n LEFT JOIN f") == std::string::npos);
     CHECK(pos(s, "fk_raise('FKR01', 'a concurrent write committed a record") > conflict);
     CHECK(s.ends_with("\nORDER BY c.n"));
 }
@@ -196,17 +202,62 @@ TEST_CASE("write_batch_params: keyed and unkeyed rows in one batch") {
     items[0].idem = &k;
     items[1].key = "b";
     items[1].lock = "L2";
-    const auto p = sql::write_batch_params(items, std::chrono::seconds(2));
+    REQUIRE(sql::write_batch_shape(items) == sql::batch_shape::keyed);
+    const auto p = sql::write_batch_params(items, sql::batch_shape::keyed, std::chrono::seconds(2));
     REQUIRE(p.size() == 13);
     CHECK(decode(*p[9].text).second == std::vector<cellv>{"alice", null});
     CHECK(decode(*p[10].text).second == std::vector<cellv>{"key-1", null});
     CHECK(decode(*p[11].text).second == std::vector<cellv>{fp_a, null});
     CHECK(be32_at(*p[11].text, 8) == sql::oid_bytea);
     CHECK(*p[12].text == "2");
-    // All unkeyed: NULL arrays, no key sent.
+    // As the keyed statement (one keyed row is enough), with its name.
+    const auto st = sql::write_batch_statement(items, std::chrono::seconds(2));
+    CHECK(std::string(st.statement) == sql::name::write_batch_keyed);
+    REQUIRE(st.params.size() == 13);
+    CHECK(decode(*st.params[10].text).second == std::vector<cellv>{"key-1", null});
+    // All unkeyed: the plain statement, nine arrays, no idempotency parameter at all.
     items[0].idem = nullptr;
-    const auto q = sql::write_batch_params(items, std::chrono::seconds(2));
-    CHECK(decode(*q[10].text).second == std::vector<cellv>{null, null});
+    CHECK(sql::write_batch_shape(items) == sql::batch_shape::plain);
+    const auto q = sql::write_batch_statement(items, std::chrono::seconds(2));
+    CHECK(std::string(q.statement) == sql::name::write_batch);
+    REQUIRE(q.params.size() == 9);
+    CHECK(decode(*q.params[0].text).second == std::vector<cellv>{"a", "b"});
+    // The keyed shape with no keyed row (a caller's choice) still sends NULL arrays.
+    const auto r = sql::write_batch_params(items, sql::batch_shape::keyed, std::chrono::seconds(2));
+    REQUIRE(r.size() == 13);
+    CHECK(decode(*r[10].text).second == std::vector<cellv>{null, null});
+}
+
+TEST_CASE("batch statement, plain shape: no record read or written, the same columns") {
+    const auto s = sql::write_batch_sql("fk", sql::batch_shape::plain);
+    CHECK(s.find("idempotency") == std::string::npos);
+    CHECK(s.find("$10") == std::string::npos);
+    CHECK(s.find("$13") == std::string::npos);
+    CHECK(s.find(" e AS ") == std::string::npos);
+    CHECK(s.find(" rec AS ") == std::string::npos);
+    pos(s, "$9::boolean[])\n    WITH ORDINALITY");
+    // Nothing is answered from a record; the record columns are there, NULL.
+    pos(s, "false AS answered");
+    pos(s, "NULL::boolean AS rec_same, NULL::boolean AS rec_created,");
+    pos(s, "NULL::bigint AS rec_version, NULL::bigint AS rec_token,");
+    // The same lock phases as the keyed shape, in the same order.
+    const auto keys = pos(s, "ORDER BY r.key COLLATE \"C\" FOR UPDATE");
+    const auto fences = pos(s, "INSERT INTO \"fk\".fences AS fe");
+    const auto creates = pos(s, "INSERT INTO \"fk\".resources AS r");
+    CHECK(keys < fences);
+    CHECK(fences < creates);
+    pos(s, "fk_raise('FKR01', 'a concurrent write created the key, retry')");
+    CHECK(s.ends_with("\nORDER BY c.n"));
+    // Both shapes are prepared on every connection, each with its parameter count.
+    int found = 0;
+    for (const auto& st : sql::prepared_statements("fk")) {
+        if (std::string(st.name) == sql::name::write_batch)
+            found += st.nparams == 9 && st.text == s;
+        if (std::string(st.name) == sql::name::write_batch_keyed)
+            found +=
+                st.nparams == 13 && st.text == sql::write_batch_sql("fk", sql::batch_shape::keyed);
+    }
+    CHECK(found == 2);
 }
 
 TEST_CASE("record parameters: the fingerprint as bytes, the rest as text") {

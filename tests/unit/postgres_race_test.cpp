@@ -69,7 +69,9 @@ TEST_CASE("a delete whose key had no row in its snapshot looks again once its fe
     CHECK(fn.find("CREATE OR REPLACE FUNCTION \"fk\".fk_key_live(p_key text)") !=
           std::string::npos);
     CHECK(fn.find("LANGUAGE plpgsql VOLATILE", fn.find("fk_key_live")) != std::string::npos);
-    for (const auto& s : {sql::delete_sql("fk"), sql::write_batch_sql("fk"), sql::txn_sql("fk")}) {
+    for (const auto& s :
+         {sql::delete_sql("fk"), sql::write_batch_sql("fk", sql::batch_shape::plain),
+          sql::write_batch_sql("fk", sql::batch_shape::keyed), sql::txn_sql("fk")}) {
         const auto look = s.find("\"fk\".fk_key_live(");
         INFO(s);
         REQUIRE(look != std::string::npos);

@@ -88,15 +88,24 @@ TEST_CASE("binary arrays: header, then each element with its length, big-endian"
     CHECK(std::move(t).finish().substr(20) == std::string("\0\0\0\1\1", 5));
 }
 
-TEST_CASE("batch params: twelve binary arrays and the retention; a delete carries no body") {
+TEST_CASE("batch params: twelve binary arrays and the retention (keyed shape), nine (plain); "
+          "a delete carries no body") {
     std::vector<sql::batch_item> items(2);
     items[0] = {"k1", "L1", 7, false, std::string_view("a\0b", 3), "text/plain", {}};
     items[1] = {"k2", "L2", 8, true, "ignored", "ignored", {}};
     items[1].pre.if_match = 0;
-    const auto p = sql::write_batch_params(items, std::chrono::seconds(86'400));
+    const auto plain =
+        sql::write_batch_params(items, sql::batch_shape::plain, std::chrono::seconds(1));
+    REQUIRE(plain.size() == 9);
+    for (const auto& q : plain)
+        CHECK(q.is_binary);
+    const auto p =
+        sql::write_batch_params(items, sql::batch_shape::keyed, std::chrono::seconds(86'400));
     REQUIRE(p.size() == 13);
     for (std::size_t i = 0; i < 12; ++i)
         CHECK(p[i].is_binary);
+    for (std::size_t i = 0; i < 9; ++i)
+        CHECK(p[i].binary_value() == plain[i].binary_value());
     CHECK(*p[12].text == "86400");
     sql::array_builder body(sql::oid_bytea, 2);
     body.add(std::string_view("a\0b", 3));

@@ -40,18 +40,27 @@ param_list single_write_params(const batch_item& item) {
     return out;
 }
 
-param_list write_batch_params(const std::vector<batch_item>& items,
+batch_shape write_batch_shape(const std::vector<batch_item>& items) noexcept {
+    for (const auto& it : items)
+        if (it.idem)
+            return batch_shape::keyed;
+    return batch_shape::plain;
+}
+
+param_list write_batch_params(const std::vector<batch_item>& items, batch_shape shape,
                               std::chrono::seconds retention) {
     const std::size_t n = items.size();
+    const bool keyed = shape == batch_shape::keyed;
+    const std::size_t m = keyed ? n : 0;
     array_builder key(oid_text, n), lock(oid_text, n), token(oid_int8, n), body(oid_bytea, n),
         ctype(oid_text, n), if_match(oid_int8, n), any(oid_bool, n), none(oid_bool, n),
-        del(oid_bool, n), scope(oid_text, n), ikey(oid_text, n), fp(oid_bytea, n);
+        del(oid_bool, n), scope(oid_text, m), ikey(oid_text, m), fp(oid_bytea, m);
     for (const auto& it : items) {
-        if (it.idem) {
+        if (keyed && it.idem) {
             scope.add(it.idem->scope);
             ikey.add(it.idem->key);
             fp.add(it.idem->fingerprint);
-        } else {
+        } else if (keyed) {
             scope.add_null();
             ikey.add_null();
             fp.add_null();
@@ -67,12 +76,22 @@ param_list write_batch_params(const std::vector<batch_item>& items,
         del.add_bool(it.is_delete);
     }
     param_list out;
-    out.reserve(13);
-    for (auto* b :
-         {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del, &scope, &ikey, &fp})
+    out.reserve(keyed ? 13 : 9);
+    for (auto* b : {&key, &lock, &token, &body, &ctype, &if_match, &any, &none, &del})
         out.push_back(param::owned_bytes(std::move(*b).finish()));
-    out.push_back(param::of(std::to_string(retention.count())));
+    if (keyed) {
+        for (auto* b : {&scope, &ikey, &fp})
+            out.push_back(param::owned_bytes(std::move(*b).finish()));
+        out.push_back(param::of(std::to_string(retention.count())));
+    }
     return out;
+}
+
+bound_statement write_batch_statement(const std::vector<batch_item>& items,
+                                      std::chrono::seconds retention) {
+    const auto shape = write_batch_shape(items);
+    return {shape == batch_shape::keyed ? name::write_batch_keyed : name::write_batch,
+            write_batch_params(items, shape, retention)};
 }
 
 param_list txn_params(const std::vector<txn_op>& ops) {

@@ -3,6 +3,7 @@
 // text, or as binary arrays for a batch (sql/binary_array.hpp). Pure; safe from any
 // thread. Binary parameters view the request's storage, which must outlive the exchange.
 
+#include "backends/postgres/sql/statements.hpp"
 #include "backends/store.hpp"
 #include "fence/rule.hpp"
 
@@ -102,9 +103,17 @@ struct batch_item {
     fence::preconditions pre;
     const idempotency* idem = nullptr; // the request's Idempotency-Key, if any
 };
-// Arrays in binary format (no quoting, bodies as raw bytes); the idempotency arrays hold
-// NULL for unkeyed rows; `retention` is idempotency.retention.
-param_list write_batch_params(const std::vector<batch_item>& items, std::chrono::seconds retention);
+// The batch statement's shape for `items`: keyed when any row carries an
+// Idempotency-Key, else plain (sql/statements.hpp, write_batch_sql).
+batch_shape write_batch_shape(const std::vector<batch_item>& items) noexcept;
+// Arrays in binary format (no quoting, bodies as raw bytes), for the statement of
+// `shape`: nine arrays for the plain shape; for the keyed one the idempotency arrays too
+// (NULL for unkeyed rows) and `retention` (idempotency.retention).
+param_list write_batch_params(const std::vector<batch_item>& items, batch_shape shape,
+                              std::chrono::seconds retention);
+// The prepared statement of the shape `items` need, with its parameters.
+bound_statement write_batch_statement(const std::vector<batch_item>& items,
+                                      std::chrono::seconds retention);
 // A batch of one goes out as the single-row statement (put_sql / delete_sql), which costs
 // the database less for one row than the batch pipeline (docs/postgres.md).
 // Unkeyed only: a keyed lone write goes as a batch of one (write_batch_params).

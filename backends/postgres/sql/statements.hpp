@@ -37,7 +37,8 @@ inline constexpr const char* list_bounded = "fk_list_bounded";
 inline constexpr const char* list_open = "fk_list_open";
 inline constexpr const char* op_fence = "fk_op_fence";
 inline constexpr const char* batch_begin = "fk_batch_begin";
-inline constexpr const char* write_batch = "fk_write_batch";
+inline constexpr const char* write_batch = "fk_write_batch";             // plain shape
+inline constexpr const char* write_batch_keyed = "fk_write_batch_keyed"; // keyed shape
 inline constexpr const char* batch_lock_timeout = "fk_batch_lock_timeout";
 // Idempotency-Key records (schema version 2).
 inline constexpr const char* idem_get = "fk_idem_get";
@@ -97,20 +98,27 @@ std::string op_fence_sql(std::string_view schema);
 // transaction: [batch_begin_sql, write_batch_sql, Sync].
 //   batch_begin_sql: index-only generic plans, no JIT, in this transaction (see
 //     sql/batch.cpp).
-//   write_batch_sql($1 key[], $2 lock[], $3 token[], $4 body[], $5 content_type[],
-//     $6 if_match[] (0 = none), $7 if_match_any[], $8 if_none_match[], $9 is_delete[],
-//     $10 idem_scope[], $11 idem_key[], $12 fingerprint[] (NULL for an unkeyed row),
-//     $13 retention_s): per row, the same checks and fence step as put_sql/delete_sql,
-//     each row fenced on its own; updates the keys that have a row and inserts the
-//     others; a keyed row with an unexpired record is answered from it and not applied,
-//     an applied keyed row gets its record; a row below the floor over its lock is
-//     refused (the fence floors, below); one result row per input row, in input order
-//     (map_batch). Also used for a lone keyed put or delete.
+//   write_batch_sql(schema, batch_shape::keyed) ($1 key[], $2 lock[], $3 token[],
+//     $4 body[], $5 content_type[], $6 if_match[] (0 = none), $7 if_match_any[],
+//     $8 if_none_match[], $9 is_delete[], $10 idem_scope[], $11 idem_key[],
+//     $12 fingerprint[] (NULL for an unkeyed row), $13 retention_s): per row, the same
+//     checks and fence step as put_sql/delete_sql, each row fenced on its own; updates
+//     the keys that have a row and inserts the others; a keyed row with an unexpired
+//     record is answered from it and not applied, an applied keyed row gets its record;
+//     a row below the floor over its lock is refused (the fence floors, below); one
+//     result row per input row, in input order (map_batch). Also used for a lone keyed
+//     put or delete.
+//   write_batch_sql(schema, batch_shape::plain) ($1..$9 as above): the same for a batch
+//     in which no row carries an Idempotency-Key, without reading or writing the
+//     idempotency table; the same result columns (the record's always NULL). Each batch
+//     goes out in the shape write_batch_statement picks (sql/params.hpp).
+enum class batch_shape { plain, keyed };
 std::string batch_begin_sql();
-std::string write_batch_sql(std::string_view schema);
+std::string write_batch_sql(std::string_view schema, batch_shape shape);
 // A batch that carries transactions (write_batcher.cpp, run_mixed_on):
-// [batch_begin_sql, write_batch_sql (when it has single writes), batch_lock_timeout_sql,
-// txn_sql for each transaction, Sync], one implicit transaction, one commit.
+// [batch_begin_sql, write_batch_sql (when it has single writes; either shape),
+// batch_lock_timeout_sql, txn_sql for each transaction, Sync], one implicit transaction,
+// one commit.
 //   batch_lock_timeout_sql(): lock_timeout batch_lock_timeout_ms for the rest of this
 //     transaction: the statements after the first take their row locks out of the one
 //     lock order (sql/batch.cpp), so their waits are bounded instead.
