@@ -1,6 +1,6 @@
 #pragma once
 // Counts the bytes allocated through operator new, for the tests whose oracle is memory
-// (tests/unit/memory_parse_test.cpp).
+// (tests/fuzz/fuzz_txn_body.cpp, fuzz_session.cpp; tests/unit/memory_parse_test.cpp).
 // alloc_count.cpp replaces every form of the global operator new and delete (plain,
 // array, nothrow, sized, aligned); each block carries its size in front, so that delete
 // knows what it frees. Link alloc_count.cpp into an executable of its own to use it: it

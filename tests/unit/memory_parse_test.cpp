@@ -15,8 +15,8 @@
 // objects of many keys). Before, an object of many keys took 9.9 times it (a std::set of
 // the keys), one array parameter 3.8 times (a copy of it built in a string of its own,
 // which doubled as it grew, then packed) and 4.9 times in a transaction (there the
-// op's buffer grew again for the value's NUL). tests/fuzz/fuzz_txn_body.cpp checks a
-// looser bound on every input it tries.
+// op's buffer grew again for the value's NUL). tests/fuzz/fuzz_txn_body.cpp and
+// fuzz_session.cpp check a looser bound on every input they try.
 
 using fk::proxy::detail::parse_operation_params;
 using fk::proxy::detail::parse_txn_body;
