@@ -1,32 +1,60 @@
 #include "backends/text_params.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
 namespace fk::store {
-
-namespace {
-
-constexpr char null_mark = '\xff';
-
-} // namespace
 
 text_params::text_params(std::initializer_list<std::optional<std::string_view>> values) {
     for (const auto& v : values)
         push_back(v);
 }
 
+namespace {
+
+constexpr char null_mark = '\xff';
+
+void check_value(std::string_view value) {
+    if (value.find('\0') != std::string_view::npos ||
+        value.find(null_mark) != std::string_view::npos)
+        throw std::invalid_argument("text_params: a value holds a NUL or 0xFF byte");
+}
+
+// Room for `more` bytes, doubling as the string would. Growing once for a value and its
+// NUL: appending the two one after the other grew the buffer twice for a value that
+// filled it, to twice the value's size (a 600 KB parameter held 1.8 MB for a moment;
+// issue 45).
+void make_room(std::string& text, std::size_t more) {
+    const std::size_t need = text.size() + more;
+    if (need > text.capacity())
+        text.reserve(std::max(need, 2 * text.capacity()));
+}
+
+} // namespace
+
 void text_params::push_back(std::optional<std::string_view> value) {
-    if (!value) {
+    if (value)
+        check_value(*value);
+    make_room(text_, (value ? value->size() : 1) + 1);
+    if (!value)
         text_ += null_mark;
-    } else {
-        if (value->find('\0') != std::string_view::npos ||
-            value->find(null_mark) != std::string_view::npos)
-            throw std::invalid_argument("text_params: a value holds a NUL or 0xFF byte");
+    else
         text_ += *value;
-    }
     text_ += '\0';
     ++count_;
+}
+
+void text_params::end_raw(std::size_t start) {
+    check_value(std::string_view{text_}.substr(start));
+    make_room(text_, 1);
+    text_ += '\0';
+    ++count_;
+}
+
+void text_params::shrink_to_fit() {
+    if (text_.capacity() - text_.size() > text_.size() / 8)
+        text_.shrink_to_fit();
 }
 
 void text_params::release() noexcept {

@@ -33,10 +33,24 @@ public:
     bool empty() const noexcept { return count_ == 0; }
     // Drops every value and gives the memory back.
     void release() noexcept;
+    // Drops every value, keeping the buffer for the next ones.
+    void clear() noexcept {
+        text_.clear();
+        count_ = 0;
+    }
+    // A value written in place, by a parser that produces its text as it reads it (no
+    // copy in between): append the text to raw(), then end_raw(start), `start` being
+    // raw().size() before the first append. Checked as push_back checks. Nothing else may
+    // touch the values in between; raw() itself must not be changed otherwise.
+    std::string& raw() noexcept { return text_; }
+    const std::string& raw() const noexcept { return text_; }
+    void end_raw(std::size_t start);
     // Room for `bytes` of values (each value's text and its NUL, 2 for a NULL).
     void reserve(std::size_t bytes) { text_.reserve(bytes); }
-    // Gives back the buffer's unused capacity (after the last push_back).
-    void shrink_to_fit() { text_.shrink_to_fit(); }
+    // Gives back the buffer's unused capacity (after the last push_back), when it is more
+    // than an eighth of what the values take: below that, the copy shrinking makes (all the
+    // values, for a moment) costs more than it gives back.
+    void shrink_to_fit();
     // The bytes allocated for the values.
     std::size_t held_bytes() const noexcept { return text_.capacity(); }
 

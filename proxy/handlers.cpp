@@ -735,8 +735,10 @@ net::awaitable<response> run_operation(call c) {
     if (!params.error.empty())
         co_return make_error_response(errc::invalid_request, std::move(params.error));
     // The parameters hold what the statement needs; the body is not kept while the
-    // request waits for a connection.
+    // request waits for a connection, and the parameters' buffer gives back what they
+    // did not take of the body's size only then (a copy of them, while the body is gone).
     std::string{}.swap(c.req.body());
+    params.values.shrink_to_fit();
 
     store::operation_request o;
     o.name = c.match.name;

@@ -3,7 +3,8 @@
 # runs one or all of them for SECONDS each, on a temporary copy of the committed seed
 # corpus so that the repository is never written to.
 #
-#   scripts/fuzz.sh TARGET SECONDS     TARGET: token, names, config, request, txn_body (or fuzz_NAME)
+#   scripts/fuzz.sh TARGET SECONDS     TARGET: token, names, config, request, txn_body,
+#                                      session (or fuzz_NAME)
 #   scripts/fuzz.sh all SECONDS        every target that exists, one after the other
 #   scripts/fuzz.sh list               the targets this checkout can build
 #
@@ -74,15 +75,23 @@ run_one() {
     cp -r "$repo/tests/fuzz/corpus/$name/." "$corpus/" 2>/dev/null || true
 
     # Longer inputs than these only slow the fuzzer down: names stop at 1024 bytes, the
-    # request fuzzer's limits are 1 KiB of headers and 4 KiB of body per request.
+    # request fuzzer's limits are 1 KiB of headers and 4 KiB of body per request; the
+    # session fuzzer's 64 KiB bodies need room for two of them pipelined.
     local max_len
     case $name in
     token) max_len=128 ;;
     names) max_len=4096 ;;
+    session) max_len=131072 ;;
     *) max_len=16384 ;;
     esac
-    local dict=()
-    [[ -f "$repo/tests/fuzz/$name.dict" ]] && dict=(-dict="$repo/tests/fuzz/$name.dict")
+    # The session fuzzer speaks the request fuzzer's HTTP too: its dictionary adds to that one.
+    local dicts=() dict=()
+    [[ $name == session ]] && dicts+=("$repo/tests/fuzz/request.dict")
+    [[ -f "$repo/tests/fuzz/$name.dict" ]] && dicts+=("$repo/tests/fuzz/$name.dict")
+    if ((${#dicts[@]})); then
+        cat "${dicts[@]}" >"$work/fuzz.dict"
+        dict=(-dict="$work/fuzz.dict")
+    fi
 
     echo "== fuzz_$name for ${seconds}s (corpus copy: $corpus)"
     # UBSan reports must stop the run (the build also makes them fatal); leaks count.

@@ -2,6 +2,8 @@
 
 #include "backends/log/logging.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace fk::proxy::detail {
@@ -143,15 +145,13 @@ private:
                 return fail("more than " + count_of(limit_) +
                             " (PostgreSQL's limit for a statement)");
             }
-            param_.begin(values.size() + 1);
+            param_.begin(values.size() + 1, values);
             in_value_ = true;
         }
         if (!event())
             return fail(std::move(param_.error));
-        if (param_.done()) {
-            values.push_back(param_.take());
+        if (param_.done())
             in_value_ = false;
-        }
         return true;
     }
 
@@ -167,18 +167,14 @@ private:
 
 } // namespace
 
-void param_value::begin(std::size_t number) {
+void param_value::begin(std::size_t number, store::text_params& out) {
     number_ = number;
     done_ = false;
-    value_.reset();
-    text_.clear();
+    out_ = &out;
+    start_ = out.raw().size();
     frames_.clear();
+    key_at_.clear();
     error.clear();
-}
-
-std::optional<std::string> param_value::take() {
-    done_ = false;
-    return std::move(value_);
 }
 
 bool param_value::fail(std::string message) {
@@ -190,20 +186,54 @@ bool param_value::fail(std::string message) {
 bool param_value::string(std::string& v) {
     if (frames_.empty() && v.find('\0') != std::string::npos)
         return fail("a string parameter contains a NUL character");
-    return scalar(std::move(v), true);
+    return scalar(v, true);
 }
 
 bool param_value::key(std::string& k) {
     if (frames_.empty() || !frames_.back().is_object)
         return fail("a key outside an object"); // never sent by the SAX parser
     auto& f = frames_.back();
-    if (!f.keys.insert(k).second)
-        return fail("duplicate key '" + excerpt(k) + "' in parameter " + std::to_string(number_));
     if (!f.first)
-        text_ += ',';
+        text() += ',';
     f.first = false;
-    logging::append_json_string(text_, k);
-    text_ += ':';
+    // Offsets are 4 bytes: a parameter of 4 GiB is far beyond any body limit (1 GiB).
+    const std::size_t at = text().size() - start_;
+    if (at > std::numeric_limits<std::uint32_t>::max())
+        return fail("parameter " + std::to_string(number_) + " is larger than 4 GiB");
+    key_at_.push_back(static_cast<std::uint32_t>(at));
+    logging::append_json_string(text(), k);
+    text() += ':';
+    return true;
+}
+
+// The key written at `at` (from start_), as JSON (quotes included): up to its closing
+// quote, the first one not escaped by a backslash.
+std::string_view param_value::key_text(std::uint32_t at) const noexcept {
+    const std::string_view t = out_->raw();
+    const std::size_t begin = start_ + at;
+    std::size_t end = begin + 1;
+    while (t[end] != '"')
+        end += t[end] == '\\' ? 2 : 1;
+    return t.substr(begin, end + 1 - begin);
+}
+
+// The keys of the object closing now, from key_at_[from] on, sorted and compared
+// neighbour to neighbour. Their JSON text stands for the keys themselves: the parser
+// hands over only valid UTF-8, which append_json_string writes one way only.
+bool param_value::unique_keys(std::size_t from) {
+    const auto first = key_at_.begin() + static_cast<std::ptrdiff_t>(from);
+    std::sort(first, key_at_.end(),
+              [this](std::uint32_t a, std::uint32_t b) { return key_text(a) < key_text(b); });
+    const auto dup =
+        std::adjacent_find(first, key_at_.end(), [this](std::uint32_t a, std::uint32_t b) {
+            return key_text(a) == key_text(b);
+        });
+    if (dup != key_at_.end()) {
+        const auto k = key_text(*dup);
+        return fail("duplicate key '" + excerpt(k.substr(1, k.size() - 2)) + "' in parameter " +
+                    std::to_string(number_));
+    }
+    key_at_.erase(first, key_at_.end()); // at the end of a deque: its blocks are freed
     return true;
 }
 
@@ -212,24 +242,24 @@ void param_value::separate() {
     auto& f = frames_.back();
     if (!f.is_object) {
         if (!f.first)
-            text_ += ',';
+            text() += ',';
         f.first = false;
     }
 }
 
-bool param_value::scalar(std::optional<std::string> v, bool is_string) {
+bool param_value::scalar(std::optional<std::string_view> v, bool is_string) {
     if (frames_.empty()) {
-        value_ = std::move(v);
+        out_->push_back(v);
         done_ = true;
         return true;
     }
     separate();
     if (!v)
-        text_ += "null";
+        text() += "null";
     else if (is_string)
-        logging::append_json_string(text_, *v);
+        logging::append_json_string(text(), *v);
     else
-        text_ += *v;
+        text() += *v;
     return true;
 }
 
@@ -238,17 +268,18 @@ bool param_value::open(bool is_object) {
         return fail("JSON nested deeper than " + std::to_string(max_params_depth) + " levels");
     if (!frames_.empty())
         separate();
-    text_ += is_object ? '{' : '[';
-    frames_.push_back(frame{is_object, true, {}});
+    text() += is_object ? '{' : '[';
+    frames_.push_back(frame{is_object, true, key_at_.size()});
     return true;
 }
 
 bool param_value::close(char c) {
-    text_ += c;
+    if (frames_.back().is_object && !unique_keys(frames_.back().keys))
+        return false;
+    text() += c;
     frames_.pop_back();
     if (frames_.empty()) {
-        value_ = std::move(text_);
-        text_.clear();
+        out_->end_raw(start_);
         done_ = true;
     }
     return true;
@@ -258,13 +289,13 @@ operation_params parse_operation_params(std::string_view body, std::optional<std
                                         std::string_view name) {
     params_handler h{takes, name};
     // Each parameter's text and its NUL take no more than its JSON and the comma or bracket
-    // after it: the body's size is room for all of them, and none is allocated twice.
+    // after it: the body's size is room for all of them, and none is allocated twice (an
+    // array or object is written here as it is read: param_value).
     h.values.reserve(body.size());
     operation_params out;
-    if (json::sax_parse(body.begin(), body.end(), &h) && h.finish()) {
-        out.values = std::move(h.values);
-        out.values.shrink_to_fit();
-    } else
+    if (json::sax_parse(body.begin(), body.end(), &h) && h.finish())
+        out.values = std::move(h.values); // still the body's size: see `values`
+    else
         out.error = h.error.empty() ? std::string{shape} : std::move(h.error);
     return out;
 }

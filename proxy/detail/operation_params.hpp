@@ -11,8 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,8 +28,10 @@ inline constexpr std::size_t max_statement_params = 65535;
 inline constexpr std::size_t max_params_depth = 32;
 
 struct operation_params {
-    store::text_params values; // when error is empty
-    std::string error;         // why the body is refused (→ 400)
+    // When error is empty. Its buffer is as large as the body: shrink_to_fit() it once the
+    // body is released (shrinking copies the values, which should not coexist with it).
+    store::text_params values;
+    std::string error; // why the body is refused (→ 400)
 };
 
 // `takes`: the statement's parameter count, or nullopt while it is not known (then at
@@ -38,17 +41,21 @@ struct operation_params {
 // JSON tokens, arrays and objects as compact JSON keeping every number's own text. The
 // server casts the text to the parameter's type.
 // Refused: anything but an object whose one key "params" holds an array; a duplicate key
-// at any depth; nesting deeper than max_params_depth; a number beyond ±1.8e308 (the JSON
-// parser cannot hold it; sent as a string it reaches the server intact); a parameter
-// count other than `takes` (parsing stops at the first extra parameter).
-// `name` is the operation's, for the messages.
+// at any depth (inside a parameter, found when its object closes); nesting deeper than
+// max_params_depth; a number beyond ±1.8e308 (the JSON parser cannot hold it; sent as a
+// string it reaches the server intact); a parameter count other than `takes` (parsing
+// stops at the first extra parameter). `name` is the operation's, for the messages.
 operation_params parse_operation_params(std::string_view body, std::optional<std::size_t> takes,
                                         std::string_view name);
 
 // One parameter, converted as parse_operation_params describes, from the SAX events of
 // its JSON value: begin(), then the value's events (the handler's callbacks of the same
 // names), until done(). A caller feeds it the elements of a params array one at a time.
-// Every callback returns false on a refusal, with `error` saying why.
+// Every callback returns false on a refusal, with `error` saying why. The value is
+// written straight into the text_params given to begin(), an array or object as its
+// compact JSON while it is read: no copy of it is held anywhere else (issue 45: a copy
+// built in a string of its own, then packed, held up to 3 times the parameter for a
+// moment as that string doubled).
 class param_value {
 public:
     using json = nlohmann::json;
@@ -57,14 +64,15 @@ public:
     // body: its object and "params"); the value may nest up to max_params_depth in all.
     explicit param_value(std::size_t base_depth) noexcept : base_depth_(base_depth) {}
 
-    // A new parameter starts; `number` (1-based) names it in messages.
-    void begin(std::size_t number);
-    // The value is complete: take() it.
+    // A new parameter starts; `number` (1-based) names it in messages. Once done(), it is
+    // the last value of `out`, which must outlive the parameter; after a refusal, `out`
+    // may hold part of it and is to be dropped.
+    void begin(std::size_t number, store::text_params& out);
+    // The value is complete, in `out`.
     bool done() const noexcept { return done_; }
-    std::optional<std::string> take();
 
     bool null() { return scalar(std::nullopt); }
-    bool boolean(bool v) { return scalar(std::string{v ? "true" : "false"}); }
+    bool boolean(bool v) { return scalar(v ? "true" : "false"); }
     // nlohmann reads "-0" as the only signed zero: every other integer has exactly one
     // JSON spelling, which its value gives back.
     bool number_integer(json::number_integer_t v) {
@@ -87,21 +95,30 @@ private:
     struct frame {
         bool is_object = false;
         bool first = true;
-        std::set<std::string> keys; // objects only
+        std::size_t keys = 0; // objects: where their keys begin in key_at_
     };
 
     bool fail(std::string message);
+    std::string& text() noexcept { return out_->raw(); }
     void separate();
-    bool scalar(std::optional<std::string> v, bool is_string = false);
+    bool scalar(std::optional<std::string_view> v, bool is_string = false);
     bool open(bool is_object);
     bool close(char c);
+    std::string_view key_text(std::uint32_t at) const noexcept;
+    bool unique_keys(std::size_t from);
 
     std::size_t base_depth_;
     std::size_t number_ = 0;
     bool done_ = false;
-    std::optional<std::string> value_;
-    std::string text_; // the array or object parameter being read
+    store::text_params* out_ = nullptr;
+    std::size_t start_ = 0; // where the parameter's text begins in out_->raw()
     std::vector<frame> frames_;
+    // Where each key of the open objects begins, from start_, innermost object last: 4
+    // bytes a key, checked for duplicates when its object closes (issue 45: a std::set of
+    // the keys cost about 64 bytes a key, 9 times the body of {"aa":0,"ab":0,...}). A
+    // deque, which grows by blocks: a vector would hold up to 3 times its keys for a
+    // moment as it doubled.
+    std::deque<std::uint32_t> key_at_;
 };
 
 } // namespace fk::proxy::detail

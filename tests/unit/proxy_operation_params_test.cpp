@@ -121,6 +121,25 @@ TEST_CASE("operation params: duplicate keys are refused at every depth") {
     CHECK(err(R"({"params":[1, {"o":{"k":1,"k":1}}]})") == "duplicate key 'k' in parameter 2");
     // The same key in different objects is fine.
     CHECK(ok(R"({"params":[{"a":{"a":1},"b":{"a":2}}, {"a":3}]})").size() == 2);
+    // Keys compare as the strings they decode to, whatever their spelling, and keys with
+    // quotes and backslashes are found whole.
+    CHECK(err(R"({"params":[{"a":1,"\u0061":2}]})") == "duplicate key 'a' in parameter 1");
+    CHECK(err(R"({"params":[{"a\"":1,"a":2,"a\u0022":3}]})") ==
+          "duplicate key 'a\\\"' in parameter 1");
+    CHECK(ok(R"({"params":[{"a\\":1,"a\"":2,"a":3,"\\":4,"\"":5}]})").size() == 1);
+    // An outer key after an inner object with the same keys, and the duplicate far from its
+    // twin among many keys (the keys are kept as offsets, 4 bytes each: issue 45).
+    CHECK(ok(R"({"params":[{"x":{"x":1,"y":2},"y":{"x":1}}]})").size() == 1);
+    CHECK(err(R"({"params":[{"x":{"y":1},"y":2,"x":3}]})") == "duplicate key 'x' in parameter 1");
+    std::string many = R"({"params":[1,{"k":0)";
+    for (int i = 0; i < 3000; ++i)
+        many += ",\"" + std::to_string(i) + "\":" + std::to_string(i);
+    CHECK(ok(many + "}]}").size() == 2);
+    CHECK(err(many + R"(,"1500":0}]})") == "duplicate key '1500' in parameter 2");
+    CHECK(err(many + R"(,"k":{"k":0}}]})") == "duplicate key 'k' in parameter 2");
+    // The value kept is the object as sent, compact, key order unchanged.
+    CHECK(ok(R"({"params":[{"b":1, "a":{"d":2,"c":3}}]})") ==
+          values{R"({"b":1,"a":{"d":2,"c":3}})"});
 }
 
 TEST_CASE("operation params: nesting is bounded") {

@@ -53,3 +53,49 @@ TEST_CASE("text_params: a parameter costs its text and one byte") {
     CHECK(p.empty());
     CHECK(p.begin() == p.end());
 }
+
+TEST_CASE("text_params: a value is added with one growth of the buffer, not two") {
+    // The value and its NUL: appended one after the other, a value that filled the buffer
+    // made it grow again for the NUL, to twice the value (issue 45).
+    const std::string big(100000, 'x');
+    text_params p;
+    p.push_back(std::string_view{big});
+    CHECK(p.held_bytes() < big.size() + 64);
+    p.push_back(std::string_view{big});
+    CHECK(p.held_bytes() < 2 * (2 * big.size() + 2)); // doubled once, as a string does
+    CHECK(p.at(1) == big);
+}
+
+TEST_CASE("text_params: a value written in place, and clear() keeping the buffer") {
+    text_params p{"a"};
+    auto start = p.raw().size();
+    p.raw() += "[1,";
+    p.raw() += "2]";
+    p.end_raw(start);
+    p.push_back(std::optional<std::string_view>{});
+    start = p.raw().size();
+    p.end_raw(start); // an empty value
+    CHECK(p == text_params{"a", "[1,2]", std::nullopt, ""});
+    start = p.raw().size();
+    p.raw() += std::string_view{"x\0y", 3};
+    CHECK_THROWS_AS(p.end_raw(start), std::invalid_argument);
+    const auto held = p.held_bytes();
+    p.clear();
+    CHECK(p.empty());
+    CHECK(p.begin() == p.end());
+    CHECK(p.held_bytes() == held);
+}
+
+TEST_CASE("text_params: shrink_to_fit copies only for slack worth giving back") {
+    text_params p;
+    p.reserve(1000);
+    p.push_back(std::string_view{std::string(950, 'x')});
+    const auto held = p.held_bytes();
+    p.shrink_to_fit(); // 49 bytes of slack for 951 used: kept
+    CHECK(p.held_bytes() == held);
+    text_params q;
+    q.reserve(100000);
+    q.push_back(std::string_view{"1"});
+    q.shrink_to_fit();
+    CHECK(q.held_bytes() < 64);
+}
