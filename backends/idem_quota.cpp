@@ -195,9 +195,8 @@ std::size_t results_bytes(const operation_result& r) {
 } // namespace
 
 template <class R, class Req>
-net::awaitable<R> idem_quota::counted(Req req, net::awaitable<R> (store::*call)(Req),
-                                      bool records) {
-    auto idem = records ? req.idem : std::nullopt;
+net::awaitable<R> idem_quota::counted(Req req, net::awaitable<R> (store::*call)(Req)) {
+    auto idem = req.idem;
     auto r = co_await ((*inner_).*call)(std::move(req));
     count(idem, r.error, r.replayed, results_bytes(r));
     co_return r;
@@ -220,11 +219,9 @@ net::awaitable<write_result> idem_quota::raise_floor(floor_request req) {
 }
 
 net::awaitable<txn_result> idem_quota::transact(txn_request req) {
-    // A transaction of checks alone writes nothing, and keeps no record either.
-    const bool writes = std::any_of(req.ops.begin(), req.ops.end(), [](const txn_op& op) {
-        return op.op != txn_op::kind::check && op.op != txn_op::kind::check_version;
-    });
-    return counted(std::move(req), &store::transact, writes);
+    // A transaction of guards only comes without its key (proxy/handlers.cpp,
+    // txn_idempotency_of): nothing recorded, nothing counted.
+    return counted(std::move(req), &store::transact);
 }
 
 net::awaitable<operation_result> idem_quota::run_operation(operation_request req) {

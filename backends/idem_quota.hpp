@@ -124,10 +124,9 @@ public:
     void stop() override;
 
 private:
-    // `call` on the inner store, then count: its record when it applied under a key (and
-    // `records`: a request that keeps one when it does).
+    // `call` on the inner store, then count its record when it applied under a key.
     template <class R, class Req>
-    net::awaitable<R> counted(Req req, net::awaitable<R> (store::*call)(Req), bool records = true);
+    net::awaitable<R> counted(Req req, net::awaitable<R> (store::*call)(Req));
     // Starts a scan when one is due.
     void maybe_scan();
     // After a write's answer: a record was committed when it applied under a key.
