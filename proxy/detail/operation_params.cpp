@@ -1,6 +1,7 @@
 #include "proxy/detail/operation_params.hpp"
 
 #include "backends/log/logging.hpp"
+#include "proxy/detail/json_reader.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -9,8 +10,6 @@
 namespace fk::proxy::detail {
 
 namespace {
-
-using json = nlohmann::json;
 
 constexpr std::string_view shape = "the body must be JSON {\"params\": [...]}";
 
@@ -23,10 +22,10 @@ std::string excerpt(std::string_view s) {
     return s.size() <= max ? std::string{s} : std::string{s.substr(0, max)} + "...";
 }
 
-// SAX events → parameters. Depth 1 is the body's object, 2 the params array; each
+// JSON events → parameters. Depth 1 is the body's object, 2 the params array; each
 // element of the array is handed to a param_value from its first event to its last.
 // Returning false stops the parser at once; `error` says why.
-class params_handler {
+class params_handler final : public json_events {
 public:
     params_handler(std::optional<std::size_t> takes, std::string_view name)
         : limit_(takes.value_or(max_statement_params)), known_(takes.has_value()), name_(name) {}
@@ -43,27 +42,25 @@ public:
         return true;
     }
 
-    bool null() {
+    bool null() override {
         return value([&] { return param_.null(); });
     }
-    bool boolean(bool v) {
+    bool boolean(bool v) override {
         return value([&] { return param_.boolean(v); });
     }
-    bool number_integer(json::number_integer_t v) {
+    bool number_integer(std::int64_t v) override {
         return value([&] { return param_.number_integer(v); });
     }
-    bool number_unsigned(json::number_unsigned_t v) {
+    bool number_unsigned(std::uint64_t v) override {
         return value([&] { return param_.number_unsigned(v); });
     }
-    bool number_float(json::number_float_t v, const std::string& text) {
+    bool number_float(double v, std::string_view text) override {
         return value([&] { return param_.number_float(v, text); });
     }
-    bool string(std::string& v) {
+    bool string(std::string_view v) override {
         return value([&] { return param_.string(v); });
     }
-    bool binary(json::binary_t&) { return fail(std::string{shape}); }
-
-    bool start_object(std::size_t) {
+    bool start_object() override {
         if (depth_ == 0) {
             depth_ = 1;
             return true;
@@ -72,7 +69,7 @@ public:
             return fail(std::string{shape});
         return value([&] { return param_.start_object(); });
     }
-    bool start_array(std::size_t) {
+    bool start_array() override {
         if (depth_ == 0)
             return fail(std::string{shape});
         if (depth_ == 1) {
@@ -85,14 +82,14 @@ public:
         }
         return value([&] { return param_.start_array(); });
     }
-    bool end_object() {
+    bool end_object() override {
         if (depth_ == 1) {
             depth_ = 0;
             return true;
         }
         return value([&] { return param_.end_object(); });
     }
-    bool end_array() {
+    bool end_array() override {
         if (depth_ == 2 && !in_value_) {
             depth_ = 1;
             return true;
@@ -100,7 +97,7 @@ public:
         return value([&] { return param_.end_array(); });
     }
 
-    bool key(std::string& k) {
+    bool key(std::string_view k) override {
         if (depth_ == 1) {
             if (k != "params")
                 return fail(std::string{shape});
@@ -112,12 +109,10 @@ public:
         return value([&] { return param_.key(k); });
     }
 
-    bool parse_error(std::size_t position, const std::string&,
-                     const nlohmann::detail::exception& e) {
+    bool parse_error(std::size_t position, json_error e) override {
         if (!error.empty())
             return false;
-        // 406: a number the parser cannot hold as a double (beyond ±1.8e308).
-        if (e.id == 406)
+        if (e == json_error::number_overflow)
             return fail("a number in the body is beyond ±1.8e308 (byte " +
                         std::to_string(position) +
                         "); send it as a JSON string, which the database casts");
@@ -183,13 +178,13 @@ bool param_value::fail(std::string message) {
     return false;
 }
 
-bool param_value::string(std::string& v) {
+bool param_value::string(std::string_view v) {
     if (frames_.empty() && v.find('\0') != std::string::npos)
         return fail("a string parameter contains a NUL character");
     return scalar(v, true);
 }
 
-bool param_value::key(std::string& k) {
+bool param_value::key(std::string_view k) {
     if (frames_.empty() || !frames_.back().is_object)
         return fail("a key outside an object"); // never sent by the SAX parser
     auto& f = frames_.back();
@@ -293,7 +288,7 @@ operation_params parse_operation_params(std::string_view body, std::optional<std
     // array or object is written here as it is read: param_value).
     h.values.reserve(body.size());
     operation_params out;
-    if (json::sax_parse(body.begin(), body.end(), &h) && h.finish())
+    if (read_json(body, h) && h.finish())
         out.values = std::move(h.values); // still the body's size: see `values`
     else
         out.error = h.error.empty() ? std::string{shape} : std::move(h.error);

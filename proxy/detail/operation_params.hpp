@@ -1,14 +1,12 @@
 #pragma once
 // The body of POST /v1/operations/{name}, {"params": [...]}, as the statement's text
-// parameters. Pure and thread-agnostic. One pass of nlohmann's SAX parser and no JSON
-// tree: parsing stops at the first parameter beyond the statement's count, so the time
+// parameters. Pure and thread-agnostic. One pass of the JSON reader (json_reader.hpp)
+// and no JSON tree: parsing stops at the first parameter beyond the statement's count, so the time
 // and memory a body costs are bounded by the body and that count, never by what the
 // client sends after it. The conversion of one parameter (param_value) is shared with
 // the `operation` ops of POST /v1/transactions (proxy/detail/txn_body.hpp).
 
 #include "backends/text_params.hpp"
-
-#include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -48,8 +46,8 @@ struct operation_params {
 operation_params parse_operation_params(std::string_view body, std::optional<std::size_t> takes,
                                         std::string_view name);
 
-// One parameter, converted as parse_operation_params describes, from the SAX events of
-// its JSON value: begin(), then the value's events (the handler's callbacks of the same
+// One parameter, converted as parse_operation_params describes, from the events of its
+// JSON value (json_events): begin(), then the value's events (the handler's callbacks of the same
 // names), until done(). A caller feeds it the elements of a params array one at a time.
 // Every callback returns false on a refusal, with `error` saying why. The value is
 // written straight into the text_params given to begin(), an array or object as its
@@ -58,8 +56,6 @@ operation_params parse_operation_params(std::string_view body, std::optional<std
 // moment as that string doubled).
 class param_value {
 public:
-    using json = nlohmann::json;
-
     // `base_depth`: the nesting of the array holding the parameter (2 in an operation's
     // body: its object and "params"); the value may nest up to max_params_depth in all.
     explicit param_value(std::size_t base_depth) noexcept : base_depth_(base_depth) {}
@@ -73,21 +69,21 @@ public:
 
     bool null() { return scalar(std::nullopt); }
     bool boolean(bool v) { return scalar(v ? "true" : "false"); }
-    // nlohmann reads "-0" as the only signed zero: every other integer has exactly one
-    // JSON spelling, which its value gives back.
-    bool number_integer(json::number_integer_t v) {
+    // "-0" is the only signed zero the reader sends as an integer: every other integer
+    // has exactly one JSON spelling, which its value gives back.
+    bool number_integer(std::int64_t v) {
         return scalar(v == 0 ? std::string{"-0"} : std::to_string(v));
     }
-    bool number_unsigned(json::number_unsigned_t v) { return scalar(std::to_string(v)); }
+    bool number_unsigned(std::uint64_t v) { return scalar(std::to_string(v)); }
     // `text` is the number as written: a value beyond int64/uint64 or a double's
     // precision arrives intact.
-    bool number_float(json::number_float_t, const std::string& text) { return scalar(text); }
-    bool string(std::string& v);
+    bool number_float(double, std::string_view text) { return scalar(text); }
+    bool string(std::string_view v);
     bool start_object() { return open(true); }
     bool start_array() { return open(false); }
     bool end_object() { return close('}'); }
     bool end_array() { return close(']'); }
-    bool key(std::string& k);
+    bool key(std::string_view k);
 
     std::string error;
 

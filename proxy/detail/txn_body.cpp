@@ -1,9 +1,8 @@
 #include "proxy/detail/txn_body.hpp"
 
 #include "fence/names.hpp"
+#include "proxy/detail/json_reader.hpp"
 #include "proxy/detail/operation_params.hpp"
-
-#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdint>
@@ -14,7 +13,6 @@ namespace fk::proxy::detail {
 
 namespace {
 
-using json = nlohmann::json;
 using store::txn_op;
 
 constexpr std::string_view shape = "the body must be JSON {\"ops\": [...]}";
@@ -141,10 +139,10 @@ struct op_fields {
     bool dropped = false;             // none of its parameters is kept
 };
 
-// SAX events → ops. Depth 1 is the body's object, 2 the ops array, 3 an op, 4 an
+// JSON events → ops. Depth 1 is the body's object, 2 the ops array, 3 an op, 4 an
 // operation's params array, whose elements are handed to a param_value. Returning false
 // stops the parser at once; error says why.
-class txn_handler {
+class txn_handler final : public json_events {
 public:
     txn_handler(const txn_body_rules& rules, std::size_t body_bytes)
         : rules_(rules), body_bytes_(body_bytes) {}
@@ -157,35 +155,33 @@ public:
         return true;
     }
 
-    bool null() {
+    bool null() override {
         return scalar([&] { return param_.null(); }, "null");
     }
-    bool boolean(bool v) {
+    bool boolean(bool v) override {
         if (depth_ == 3 && field_ == field::absent && v) {
             cur_.absent = true;
             return true;
         }
         return scalar([&] { return param_.boolean(v); }, v ? "true" : "false");
     }
-    bool number_integer(json::number_integer_t v) {
+    bool number_integer(std::int64_t v) override {
         return scalar([&] { return param_.number_integer(v); }, "a negative number");
     }
-    bool number_unsigned(json::number_unsigned_t v) {
+    bool number_unsigned(std::uint64_t v) override {
         if (depth_ == 3)
             return op_number(v);
         return scalar([&] { return param_.number_unsigned(v); }, "a number");
     }
-    bool number_float(json::number_float_t v, const std::string& text) {
+    bool number_float(double v, std::string_view text) override {
         return scalar([&] { return param_.number_float(v, text); }, "a fractional number");
     }
-    bool string(std::string& v) {
+    bool string(std::string_view v) override {
         if (depth_ == 3)
             return op_string(v);
         return scalar([&] { return param_.string(v); }, "a string");
     }
-    bool binary(json::binary_t&) { return fail(std::string{shape}); }
-
-    bool start_object(std::size_t) {
+    bool start_object() override {
         switch (depth_) {
         case 0:
             depth_ = 1;
@@ -207,7 +203,7 @@ public:
             return param_event([&] { return param_.start_object(); });
         }
     }
-    bool start_array(std::size_t) {
+    bool start_array() override {
         switch (depth_) {
         case 0:
             return fail(std::string{shape});
@@ -234,7 +230,7 @@ public:
             return param_event([&] { return param_.start_array(); });
         }
     }
-    bool end_object() {
+    bool end_object() override {
         switch (depth_) {
         case 1:
             depth_ = 0;
@@ -246,7 +242,7 @@ public:
             return param_event([&] { return param_.end_object(); });
         }
     }
-    bool end_array() {
+    bool end_array() override {
         if (depth_ == 2) {
             depth_ = 1;
             return true;
@@ -260,7 +256,7 @@ public:
         return param_event([&] { return param_.end_array(); });
     }
 
-    bool key(std::string& k) {
+    bool key(std::string_view k) override {
         if (depth_ == 1) {
             if (k != "ops")
                 return fail(std::string{shape});
@@ -277,21 +273,19 @@ public:
                 return fail_here("unknown field '" + excerpt(k) + "'");
             field_ = static_cast<field>(i);
             if (cur_.seen & bit(field_))
-                return fail_here("duplicate key '" + k + "'");
+                return fail_here("duplicate key '" + std::string{k} + "'");
             cur_.seen |= bit(field_);
             return true;
         }
         return param_event([&] { return param_.key(k); });
     }
 
-    bool parse_error(std::size_t position, const std::string&,
-                     const nlohmann::detail::exception& e) {
+    bool parse_error(std::size_t position, json_error e) override {
         if (!out.message.empty())
             return false;
         if (depth_ >= 3)
             out.op_index = out.ops.size();
-        // 406: a number the parser cannot hold as a double (beyond ±1.8e308).
-        if (e.id == 406)
+        if (e == json_error::number_overflow)
             return fail("a number in the body is beyond ±1.8e308 (byte " +
                         std::to_string(position) + "); in params, send it as a JSON string");
         return fail(std::string{shape} + ": the body is not valid JSON (byte " +
@@ -414,7 +408,7 @@ private:
         }
     }
 
-    bool op_string(std::string& v) {
+    bool op_string(std::string_view v) {
         auto& op = cur_.op;
         switch (field_) {
         case field::op:
@@ -425,17 +419,17 @@ private:
         case field::key:
             if (fence::validate_key(v) != errc::ok)
                 return wrong_type("'" + excerpt(v) + "'");
-            op.key = std::move(v);
+            op.key = v;
             return true;
         case field::lock:
             if (fence::validate_lock_name(v) != errc::ok)
                 return wrong_type("'" + excerpt(v) + "'");
-            op.lock = std::move(v);
+            op.lock = v;
             return true;
         case field::name:
             if (fence::validate_lock_name(v) != errc::ok)
                 return wrong_type("'" + excerpt(v) + "'");
-            op.name = std::move(v);
+            op.name = v;
             named(op.name);
             return true;
         case field::token: {
@@ -448,7 +442,7 @@ private:
         case field::body:
             if (v.size() > rules_.max_op_body_bytes)
                 return body_too_large(v.size());
-            cur_.body = std::move(v);
+            cur_.body = std::string{v};
             return true;
         case field::body_base64: {
             // The decoded size, known before decoding: 3 bytes per 4 characters, less the
@@ -469,7 +463,7 @@ private:
         case field::content_type:
             if (!valid_content_type(v))
                 return wrong_type("'" + excerpt(v) + "'");
-            op.content_type = std::move(v);
+            op.content_type = v;
             return true;
         case field::if_match:
             if (v != "*")
@@ -617,7 +611,7 @@ std::optional<std::string> decode_base64(std::string_view text) {
 
 txn_body parse_txn_body(std::string_view body, const txn_body_rules& rules) {
     txn_handler h{rules, body.size()};
-    if (!json::sax_parse(body.begin(), body.end(), &h) || !h.finish()) {
+    if (!read_json(body, h) || !h.finish()) {
         auto out = std::move(h.out);
         out.ops.clear();
         out.unknown_operation.reset();

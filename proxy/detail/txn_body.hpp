@@ -1,7 +1,7 @@
 #pragma once
 // The body of POST /v1/transactions (docs/api.md#post-v1transactions), {"ops": [...]}, as
 // the store's ops: every field checked, header defaults applied, then store::validate_txn.
-// Pure and thread-agnostic. One pass of nlohmann's SAX parser and no JSON tree, so a
+// Pure and thread-agnostic. One pass of the JSON reader (json_reader.hpp) and no JSON tree, so a
 // duplicate key is seen (a tree keeps the last one silently), numbers in an operation's
 // params keep their own text (proxy/detail/operation_params.hpp, param_value), and
 // parsing stops at the first op beyond the op limit. What it keeps is a small multiple of

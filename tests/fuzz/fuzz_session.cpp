@@ -12,8 +12,7 @@
 // The oracle is memory (issue 45: 8 MiB of "1," parameters once held 170 MB): every
 // allocation goes through the counting operator new of tests/support/alloc_count.hpp, and
 // the peak of the bytes live while the connection is served must stay within
-//   max_body_bytes + max_growth × the input + per_connection + max_txn_ops × per_op
-//   + lexer_growth × the longest token.
+//   max_body_bytes + max_growth × the input + per_connection + max_txn_ops × per_op.
 // max_body_bytes: the one request in flight may hold a body of that size whatever it sent
 // (Beast reserves a declared Content-Length before the bytes arrive: the documented bound,
 // docs/operations.md "Memory", is max_body_bytes per request in flight). max_growth is 4:
@@ -22,8 +21,6 @@
 // bodies the store keeps, are within that. per_connection is the session's own: its read
 // buffer (16 KiB a read), the response head and the body of the one response being
 // written. per_op is the ~250 bytes an op costs beyond its text (docs/operations.md).
-// Apart: what nlohmann's lexer holds of the token it reads, up to lexer_growth × the
-// longest token the input can hold (tests/fuzz/lexer_allowance.hpp).
 // What the store keeps of its own (its copies of keys, bodies, records) is not counted:
 // the in-memory store is a fake, and a real store's memory is bounded by its own design;
 // a body or key the handler moves into it stays counted (it came from the input).
@@ -52,7 +49,6 @@
 #include "proxy/scopes.hpp"
 #include "proxy/session.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "tests/fuzz/lexer_allowance.hpp"
 #include "tests/support/alloc_count.hpp"
 #include "tests/support/memory_store.hpp"
 #include "tests/support/session_stream.hpp"
@@ -249,9 +245,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t before = fk::fuzz::live_bytes();
     fk::fuzz::reset_peak();
     const std::size_t bound =
-        max_body_bytes + max_growth * input + per_connection + max_txn_ops * per_op +
-        fk::fuzz::lexer_growth *
-            fk::fuzz::longest_token({reinterpret_cast<const char*>(data + 1), input});
+        max_body_bytes + max_growth * input + per_connection + max_txn_ops * per_op;
 
     bool finished = false;
     std::exception_ptr failure;

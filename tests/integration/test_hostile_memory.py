@@ -19,6 +19,10 @@ RSS by 5.4 GB).
     count is known: 400 invalid_request, op_index 0.
   - POST /v1/operations/{name} with 65,535 parameters to an operation not prepared yet
     (count unknown) and to one that does not exist.
+  - POST /v1/transactions whose one op holds a string as long as the body: a body with
+    escapes that ends in a control character, and a key (both stores). nlohmann's lexer,
+    which read the bodies before proxy/detail/json_reader.hpp, held such a string up to
+    8.7 times (16 at once: over 1 GB).
 
     FENCEKEEPER_BIN=build/fencekeeper FK_TEST_PG_URL=... python3 tests/integration/test_hostile_memory.py [FILTER]
 """
@@ -185,6 +189,24 @@ def test_operation_route_max_params(store):
     replies = attack(p, "/v1/operations/nope", small, 32, OPERATION_FACTOR)
     eq(set(r[0] for r in replies), {404}, "no such operation")
 
+
+def test_one_long_escaped_string(store):
+    """One string with escapes filling the body, read whole before its last character (a
+    control character) refuses it. All stores."""
+    p = start(store)
+    head = '{"ops":[{"op":"put","key":"k","token":1,"body":"'
+    body = head + "abcdefg\\n" * ((MAX_BODY - len(head) - 8) // 9) + "\x01"
+    replies = attack(p, "/v1/transactions", body.encode(), 16, TXN_FACTOR)
+    eq(set(replies), {(400, "invalid_request", 0)}, "a control character in a string")
+
+
+def test_one_long_key(store):
+    """A key filling the body, read whole before it is refused (longer than 1024 bytes)."""
+    p = start(store)
+    head = '{"ops":[{"op":"put","token":1,"body":"x","key":"'
+    body = head + "k" * (MAX_BODY - len(head) - 8) + '"}]}'
+    replies = attack(p, "/v1/transactions", body.encode(), 16, TXN_FACTOR)
+    eq(set(replies), {(400, "invalid_request", 0)}, "a key longer than 1024 bytes")
 
 if __name__ == "__main__":
     fk.main(globals())
