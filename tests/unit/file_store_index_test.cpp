@@ -151,6 +151,47 @@ TEST_CASE("index: redo rows are numbered in order and deleted through a seq") {
     CHECK(rows[0].key == "k2");
 }
 
+TEST_CASE("index: redo seqs only grow, after the table was emptied and across a reopen") {
+    // SQLite's rowid starts over at 1 in an empty table; the committer trims "through the
+    // last flushed seq", which would then skip every new row (issue 54).
+    temp_dir d;
+    std::int64_t last = 0;
+    {
+        index_writer w;
+        REQUIRE(w.open(path_in(d), 1024).rc == index_ok);
+        redo_row a{0, "k1", 1, false, "", std::nullopt};
+        redo_row b{0, "k2", 1, false, "", std::nullopt};
+        REQUIRE(w.begin() == index_ok);
+        REQUIRE(w.add_redo(a) == index_ok);
+        REQUIRE(w.add_redo(b) == index_ok);
+        REQUIRE(w.commit() == index_ok);
+        REQUIRE(w.begin() == index_ok);
+        REQUIRE(w.delete_redo_through(b.seq) == index_ok);
+        redo_row c{0, "k3", 1, false, "", std::nullopt};
+        REQUIRE(w.add_redo(c) == index_ok); // in the same transaction as the delete
+        REQUIRE(w.commit() == index_ok);
+        CHECK(c.seq > b.seq);
+        // A rolled-back row's seq is not handed out again.
+        REQUIRE(w.begin() == index_ok);
+        redo_row e{0, "k4", 1, false, "", std::nullopt};
+        REQUIRE(w.add_redo(e) == index_ok);
+        w.rollback();
+        redo_row f{0, "k5", 1, false, "", std::nullopt};
+        REQUIRE(w.begin() == index_ok);
+        REQUIRE(w.add_redo(f) == index_ok);
+        REQUIRE(w.commit() == index_ok);
+        CHECK(f.seq > e.seq);
+        last = f.seq;
+    }
+    index_writer w;
+    REQUIRE(w.open(path_in(d), 1024).rc == index_ok);
+    redo_row g{0, "k6", 1, false, "", std::nullopt};
+    REQUIRE(w.begin() == index_ok);
+    REQUIRE(w.add_redo(g) == index_ok);
+    REQUIRE(w.commit() == index_ok);
+    CHECK(g.seq > last); // the table's max at open
+}
+
 TEST_CASE("index: the clean-stop mark and the format version survive a reopen") {
     temp_dir d;
     {

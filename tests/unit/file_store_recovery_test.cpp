@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include <chrono>
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -300,6 +302,45 @@ TEST_CASE("reopen keeps fences, bodies, versions and tombstones") {
         if (round == 0)
             CHECK(run(io, s->remove(del_req("gone", "H", 1))).error == errc::ok);
     }
+}
+
+TEST_CASE("redo rows written after the table was emptied are trimmed, and a clean stop "
+          "leaves none") {
+    // Issue 54: SQLite numbered a row in an emptied table 1 again, below the seq the
+    // committer had trimmed through, so the rows written after an idle trim were never
+    // deleted while running or by the clean stop; the next start replayed them.
+    temp_dir dir;
+    const fs::path root = dir.path / "root";
+    net::io_context io;
+    auto redo_count = [&] {
+        index_db db(root);
+        return db.scalar("SELECT count(*) FROM redo");
+    };
+    // Waits until the flusher and the idle trim (a second without batches) emptied the
+    // table: 10 s at most, far above the 1 s the trim waits.
+    auto wait_empty = [&] {
+        for (int i = 0; i < 200 && redo_count() != "0"; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return redo_count();
+    };
+    {
+        auto s = open_ok(io, root);
+        for (int i = 0; i < 3; ++i) // three batches: seqs 1, 2, 3
+            REQUIRE(run(io, s->put(put_req("a" + std::to_string(i), "L", 1, "one"))).error ==
+                    errc::ok);
+        REQUIRE(wait_empty() == "0");
+        REQUIRE(run(io, s->put(put_req("b", "L", 1, "two"))).error == errc::ok);
+        CHECK(wait_empty() == "0"); // trimmed while running
+        REQUIRE(run(io, s->put(put_req("c", "L", 1, "three"))).error == errc::ok);
+    } // a clean stop right after a write
+    CHECK(redo_count() == "0");
+    stderr_capture log(dir.path / "stderr");
+    auto s = open_ok(io, root);
+    const auto opened = log.lines("file store opened");
+    REQUIRE(opened.size() == 1);
+    CHECK(opened[0]["clean_stop"] == true);
+    CHECK(opened[0]["redo_rows"] == 0);
+    CHECK(run(io, s->get("c", true)).body == "three");
 }
 
 TEST_CASE("a second open of the same root fails with the holder's pid") {

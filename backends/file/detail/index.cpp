@@ -524,8 +524,8 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
         {&put_key_, "INSERT OR REPLACE INTO keys (key, version, lock, token, ms, size, crc, "
                     "content_type) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
         {&tombstone_, "INSERT OR REPLACE INTO keys (key, version) VALUES (?1, ?2)"},
-        {&add_redo_, "INSERT INTO redo (key, version, is_delete, tmp, body) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5)"},
+        {&add_redo_, "INSERT INTO redo (key, version, is_delete, tmp, body, seq) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
         {&redo_rows_, "SELECT seq, key, version, is_delete, tmp, body FROM redo ORDER BY seq"},
         {&delete_redo_, "DELETE FROM redo WHERE seq <= ?1"},
         {&put_idem_, "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, created, "
@@ -542,6 +542,15 @@ index_open_result index_writer::open(const std::string& path, int cache_kib) {
     for (auto [stmt, sql] : statements)
         if ((r.rc = prepare(*stmt, sql)) != SQLITE_OK)
             return r;
+    sqlite3_stmt* max_seq = nullptr;
+    if ((r.rc = prepare(max_seq, "SELECT coalesce(max(seq), 0) FROM redo")) != SQLITE_OK)
+        return r;
+    if ((r.rc = sqlite3_step(max_seq)) != SQLITE_ROW) {
+        fail(r.rc, "reading the last redo seq");
+        return r;
+    }
+    last_redo_seq_ = sqlite3_column_int64(max_seq, 0);
+    sqlite3_reset(max_seq);
     if ((r.rc = mark_clean(false)) != SQLITE_OK)
         return r;
     r.rc = SQLITE_OK;
@@ -638,10 +647,12 @@ int index_writer::add_redo(redo_row& row) {
         bind_text(add_redo_, 4, row.tmp);
     if (row.body)
         sqlite3_bind_blob64(add_redo_, 5, row.body->data(), row.body->size(), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(add_redo_, 6, last_redo_seq_ + 1);
     int rc = run_once(add_redo_);
     if (rc != SQLITE_DONE)
         return fail(rc, "writing a redo row");
-    row.seq = sqlite3_last_insert_rowid(db_);
+    // Taken even if the batch then rolls back: a seq is never handed out twice.
+    row.seq = ++last_redo_seq_;
     return SQLITE_OK;
 }
 

@@ -180,7 +180,12 @@ public:
     int put_key(std::string_view key, const key_row& row);
     // Makes `key` a tombstone: its version stays, everything else is dropped.
     int tombstone_key(std::string_view key, std::int64_t version);
-    // Appends a redo row; seq is assigned (returned through row.seq).
+    // Appends a redo row; seq is assigned (returned through row.seq): one more than any
+    // seq this connection has seen, in the table at open or written since, so seqs only
+    // grow for the life of the writer even after every row was deleted. (SQLite's own
+    // rowid restarts at 1 in an empty table, and the committer's trim, "delete through
+    // the last flushed seq", would then skip every row until the seqs passed the old
+    // ones again: issue 54.)
     int add_redo(redo_row& row);
     int redo_rows(std::vector<redo_row>& out);
     int delete_redo_through(std::int64_t seq);
@@ -221,6 +226,7 @@ private:
     sqlite3_stmt* put_idem_ = nullptr;
     sqlite3_stmt* expire_idem_ = nullptr;
     sqlite3_stmt* put_floor_ = nullptr;
+    std::int64_t last_redo_seq_ = 0; // see add_redo
 };
 
 // Runs PASSIVE checkpoints (which never block the writer) on its own connection.
