@@ -15,12 +15,13 @@ std::variant<std::unique_ptr<store>, open_error> open_store(net::io_context& io,
         return open_error{"store: '" + s.store +
                           "' is neither file:PATH nor postgresql://... (postgres://...)"};
     if (location->kind == config::store_kind::file)
-        return open_file_store(
-            io, location->path_or_uri,
-            file_store_options{.io_threads = s.file.io_threads,
-                               .flush = s.file.flush,
-                               .fence_cache_size = s.file.fence_cache_size,
-                               .idempotency_retention = s.idempotency.retention});
+        return open_file_store(io, location->path_or_uri,
+                               file_store_options{.io_threads = s.file.io_threads,
+                                                  .flush = s.file.flush,
+                                                  .fence_cache_size = s.file.fence_cache_size,
+                                                  .idempotency_retention = s.idempotency.retention,
+                                                  .max_redo_rows = s.file.max_redo_rows,
+                                                  .max_redo_bytes = s.file.max_redo_bytes});
     return open_postgres_store(io, s);
 }
 

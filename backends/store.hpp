@@ -9,6 +9,7 @@
 // step; a result with error == ok is returned only once data and fence are durable.
 
 #include "backends/commit_stats.hpp"
+#include "backends/file_store_health.hpp"
 #include "backends/net.hpp"
 #include "backends/txn.hpp"
 #include "fence/error.hpp"
@@ -317,6 +318,9 @@ public:
     // Group-commit batch sizes (fencekeeper_store_batch_size); null when the store does
     // not batch. Lives as long as the store.
     virtual const commit_stats* batches() const noexcept { return nullptr; }
+    // The file store's flush backlog and checkpoints (fencekeeper_file_*); null for any
+    // other store. Lives as long as the store.
+    virtual const file_store_health* file_health() const noexcept { return nullptr; }
     // Called once, after the HTTP side has drained: finish or fail pending work, stop
     // background threads and timers. Requests after stop() get unavailable.
     virtual void stop() = 0;

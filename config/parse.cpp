@@ -46,6 +46,8 @@ constexpr std::int64_t max_batch_max = 1024;
 constexpr std::int64_t max_batch_concurrency = 1024;
 constexpr std::int64_t max_batch_overlap_ms = 60'000;
 constexpr std::int64_t max_file_io_threads = 256;
+constexpr std::int64_t max_redo_rows = 10'000'000;
+constexpr std::int64_t max_redo_bytes = std::int64_t{1} << 40; // 1 TiB
 constexpr std::int64_t max_far_round_trip_ms = 60'000;
 constexpr std::int64_t max_idempotency_retention_s = 366 * 86'400;
 constexpr std::int64_t max_idempotency_records = std::int64_t{1} << 40;
@@ -688,6 +690,14 @@ std::vector<config_key> make_keys() {
     k.push_back(integer_key(
         "file.fence_cache_size", 1, max_fence_cache_size, "locks kept by the stale-rejection cache",
         [](auto& s) -> auto& { return s.file.fence_cache_size; }));
+    k.push_back(integer_key(
+        "file.max_redo_rows", 1, max_redo_rows,
+        "redo rows not yet known durable before writes wait for the flusher",
+        [](auto& s) -> auto& { return s.file.max_redo_rows; }));
+    k.push_back(integer_key(
+        "file.max_redo_bytes", 1, max_redo_bytes,
+        "bytes of those rows' bodies before writes wait for the flusher",
+        [](auto& s) -> auto& { return s.file.max_redo_bytes; }));
     const auto path_key = [](std::string_view path, std::string_view description,
                              std::optional<std::string> tls_settings::*member) {
         return string_key(

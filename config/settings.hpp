@@ -63,6 +63,11 @@ struct file_settings {
     // reads, fsyncs). 0: chosen by the store from `flush` (see fk::store::file_io_threads).
     int io_threads = 0;
     std::size_t fence_cache_size = 100'000; // locks kept by the stale-rejection cache
+    // The committer waits for the flusher's syncfs while this many redo rows, or rows whose
+    // bodies add up to this many bytes, are committed and not yet known durable: what a
+    // start after a crash has to verify (docs/file-store.md, "Bounded restarts").
+    std::int64_t max_redo_rows = 4096;
+    std::int64_t max_redo_bytes = std::int64_t{64} << 20; // 64 MiB
 };
 
 // Idempotency records (docs/api.md#retries-and-exactly-once).

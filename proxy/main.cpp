@@ -145,6 +145,7 @@ int serve(const std::vector<std::string>& args, const config::settings& settings
     proxy::metrics stats{FK_VERSION};
     stats.set_store_ready_probe([s = store.get()] { return s->ready(); });
     stats.set_batch_stats(store->batches());
+    stats.set_file_health(store->file_health());
     proxy::limiter connections{settings.http.max_connections};
     proxy::limiter inflight{settings.http.max_inflight_requests};
     proxy::inflight_keys idempotency_keys;

@@ -6,6 +6,7 @@
 
 #include "proxy/router.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <initializer_list>
 
@@ -405,6 +406,10 @@ void metrics::set_batch_stats(const store::commit_stats* stats) noexcept {
     batch_stats_ = stats;
 }
 
+void metrics::set_file_health(const store::file_store_health* health) noexcept {
+    file_health_ = health;
+}
+
 metrics::gauge_guard& metrics::gauge_guard::operator=(gauge_guard&& o) noexcept {
     if (this != &o) {
         reset();
@@ -614,6 +619,40 @@ std::string metrics::render() const {
                       "commit.");
         append_histogram(out, "fencekeeper_store_batch_size", {}, batch_buckets, b.buckets,
                          static_cast<double>(b.writes));
+    }
+
+    if (file_health_ != nullptr) {
+        const auto& h = *file_health_;
+        append_header(out, "fencekeeper_file_redo_backlog_rows", "gauge",
+                      "File store: committed redo rows whose files are not yet known durable "
+                      "(what a start after a crash would verify).");
+        append_series(out, "fencekeeper_file_redo_backlog_rows", {});
+        append_uint(out, static_cast<std::uint64_t>(
+                             std::max<std::int64_t>(0, h.redo_backlog_rows.load(relaxed))));
+        out += '\n';
+        append_header(out, "fencekeeper_file_flush_waits_total", "counter",
+                      "File store: batches that waited for the flusher because the backlog "
+                      "reached file.max_redo_rows or file.max_redo_bytes.");
+        append_series(out, "fencekeeper_file_flush_waits_total", {});
+        append_uint(out, h.flush_waits.load(relaxed));
+        out += '\n';
+        append_header(out, "fencekeeper_file_flush_wait_seconds_total", "counter",
+                      "File store: time batches spent waiting for the flusher.");
+        append_series(out, "fencekeeper_file_flush_wait_seconds_total", {});
+        append_double(out, static_cast<double>(h.flush_wait_ns.load(relaxed)) / 1e9);
+        out += '\n';
+        append_header(out, "fencekeeper_file_wal_pages", "gauge",
+                      "File store: pages in the index's write-ahead log after the last commit.");
+        append_series(out, "fencekeeper_file_wal_pages", {});
+        append_uint(
+            out, static_cast<std::uint64_t>(std::max<std::int64_t>(0, h.wal_pages.load(relaxed))));
+        out += '\n';
+        append_header(out, "fencekeeper_file_checkpoint_lag_seconds", "gauge",
+                      "File store: how long a checkpoint of the index has been due without one "
+                      "that copied the whole WAL; 0 when none is due.");
+        append_series(out, "fencekeeper_file_checkpoint_lag_seconds", {});
+        append_double(out, h.checkpoint_lag_seconds(std::chrono::steady_clock::now()));
+        out += '\n';
     }
 
     if (store_ready_) {

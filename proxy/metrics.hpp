@@ -13,6 +13,7 @@
 // and defined in proxy/router.hpp).
 
 #include "backends/commit_stats.hpp"
+#include "backends/file_store_health.hpp"
 #include "fence/error.hpp"
 
 #include <array>
@@ -140,6 +141,8 @@ public:
     // store_batch_size histogram, read at every render(). Set once before serving; null
     // (the default) leaves the family out. Must outlive this object's renders.
     void set_batch_stats(const store::commit_stats* stats) noexcept;
+    // The file store's flush backlog and checkpoints (fencekeeper_file_*); null: not shown.
+    void set_file_health(const store::file_store_health* health) noexcept;
 
     // The Prometheus text exposition format 0.0.4
     // (Content-Type: text/plain; version=0.0.4; charset=utf-8).
@@ -175,6 +178,7 @@ private:
     std::string version_;
     std::function<bool()> store_ready_;
     const store::commit_stats* batch_stats_ = nullptr;
+    const store::file_store_health* file_health_ = nullptr;
 };
 
 } // namespace fk::proxy

@@ -31,6 +31,9 @@
 #                             seconds (default 600 + 1 s per 1,000 keys: the store of
 #                             main at 143490e read every body at start, 70 s for 200k
 #                             keys with a cold cache)
+#            --load-stop S    then stop twice under load and time each restart: S seconds
+#                             of fresh-key writes (--clients) beside one busy core, then
+#                             SIGTERM, and again with kill -9 (default 20; 0: skip)
 #            --keep           keep the data directory (its path is printed)
 #
 # What it does:
@@ -61,10 +64,18 @@
 #     a never-written key 404, fresh keys written and read back, one key rewritten
 #     (ETag "2"); and RSS again.
 #  5. With --delete N2: deletes keys 0..N2-1 (every 204), then `du` and RSS again.
+#  5b. Restart after a stop under load (issue 54), unless --load-stop 0: twice, wrk
+#     writes fresh keys (10,000,000 + ... and 20,000,000 + ..., scale.lua) over --clients
+#     connections while a shell loop keeps one core busy; after --load-stop seconds
+#     fencekeeper gets SIGTERM (the first time; the stop is timed) or kill -9 (the
+#     second), the load stops, the cache is dropped, and the restart is timed to
+#     /readyz 200 as in 4, with the redo rows the start found (its `file store opened`
+#     line). A SIGTERM that leaves redo rows is a problem.
 #  6. Prints the report (also OUT/report.md) and writes OUT/results.json (everything),
 #     OUT/put-summary.json, put-curve.tsv (keys and writes/s per second), put-samples.tsv
 #     (RSS and disk per second), put-latency.tsv (the whole run's histogram), and the
-#     same for delete; meta.tsv; restart.json; check.json; with --plot the plot.
+#     same for delete; meta.tsv; restart.json; check.json; restart-load-{term,kill}.json
+#     and load-{term,kill}/ (5b); with --plot the plot.
 #  7. Stops fencekeeper and deletes the data directory (unless --keep): with millions of
 #     files that takes minutes and keeps the disk busy, so the lock is held until done.
 #
@@ -91,6 +102,7 @@ out="build-bench/scale-results"
 plot=""
 stall=120
 ready_timeout=""
+load_stop=20
 keep=0
 while (($#)); do
     case "$1" in
@@ -108,6 +120,7 @@ while (($#)); do
         --plot) plot="$2"; shift ;;
         --stall) stall="$2"; shift ;;
         --ready-timeout) ready_timeout="$2"; shift ;;
+        --load-stop) load_stop="$2"; shift ;;
         --keep) keep=1 ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
         *) echo "bench-scale.sh: unknown argument: $1" >&2; exit 2 ;;
@@ -119,6 +132,7 @@ for v in keys body_bytes clients wrk_threads prefixes segments sample stall read
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale.sh: --${v//_/-} takes a positive integer" >&2; exit 2; }
 done
 [[ $delete =~ ^[0-9]+$ ]] || { echo "bench-scale.sh: --delete takes an integer" >&2; exit 2; }
+[[ $load_stop =~ ^[0-9]+$ ]] || { echo "bench-scale.sh: --load-stop takes an integer" >&2; exit 2; }
 ((delete <= keys)) || { echo "bench-scale.sh: --delete $delete is more than --keys $keys" >&2; exit 2; }
 ((keys >= wrk_threads && keys >= segments)) \
     || { echo "bench-scale.sh: --keys must be at least --threads and --segments" >&2; exit 2; }
@@ -169,6 +183,7 @@ else
 fi
 # This run's results only: remove what an earlier run left in OUT (only files of ours).
 rm -f "$out"/{put,delete}-* "$out"/{meta.tsv,restart.json,check.json,results.json,report.md,plot-data.tsv}
+rm -rf "$out"/load-{term,kill} "$out"/restart-load-{term,kill}.json
 
 # --- disk --------------------------------------------------------------------------
 # Per key: a 4 KiB block for the body, its directory entry and its metadata. The store of
@@ -190,9 +205,12 @@ tmp="$(mktemp -d "$dir/fk-scale.XXXXXX")"
 data="$tmp/data"
 mkdir -p "$data"
 fk_pid=""
+busy_pid=""
+wrk_pid=""
 cleanup() {
     local rc=$?
     set +e
+    for pid in $busy_pid $wrk_pid; do kill "$pid" 2>/dev/null; done
     if [[ -n $fk_pid ]] && kill -0 "$fk_pid" 2>/dev/null; then
         kill "$fk_pid"
         for _ in $(seq 300); do kill -0 "$fk_pid" 2>/dev/null || break; sleep 0.1; done
@@ -298,6 +316,65 @@ if ((delete > 0)); then
     log "measuring the data directory (du)"
     kv after_delete_du_bytes "$(du -s -B1 "$data" | cut -f1)"
     kv after_delete_du_inodes "$(du -s --inodes "$data" | cut -f1)"
+fi
+
+# --- restart after a stop under load --------------------------------------------------
+# opened_redo_rows: the redo rows of the latest start's `file store opened` line.
+opened_redo_rows() {
+    python3 -c 'import json, sys
+rows = None
+for line in open(sys.argv[1], errors="replace"):
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(o, dict) and o.get("msg") == "file store opened":
+        rows = o.get("redo_rows")
+print("?" if rows is None else rows)' "$tmp/fk.log"
+}
+if ((load_stop > 0)); then
+    n=0
+    for how in term kill; do
+        n=$((n + 1))
+        mkdir -p "$out/load-$how"
+        log "restart after load ($how): ${load_stop} s of fresh-key writes, $clients clients, one busy core"
+        (while :; do :; done) &
+        busy_pid=$!
+        wrk -t"$wrk_threads" -c"$clients" -d$((load_stop + 120))s --timeout 30s -s "$repo/scripts/bench/scale.lua" \
+            "http://127.0.0.1:$port" -- put $((n * 10000000)) 100000000 "$body_bytes" "$prefixes" \
+            "$wrk_threads" "$out/load-$how" 0 >"$out/load-$how/wrk.log" 2>&1 &
+        wrk_pid=$!
+        sleep "$load_stop"
+        t=$EPOCHREALTIME
+        if [[ $how == term ]]; then
+            kill -TERM "$fk_pid"
+            wait "$fk_pid" || problem "fencekeeper exited with $? on SIGTERM under load"
+        else
+            kill -KILL "$fk_pid"
+            wait "$fk_pid" 2>/dev/null
+        fi
+        kv "load_${how}_stop_seconds" "$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$t" "$EPOCHREALTIME")"
+        fk_pid=""
+        kill "$wrk_pid" "$busy_pid" 2>/dev/null
+        wait "$wrk_pid" "$busy_pid" 2>/dev/null
+        wrk_pid="" busy_pid=""
+        kv "load_${how}_writes" "$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import scale
+print(sum(r[-1][1] if r else 0 for r in scale.read_progress(sys.argv[2], "put", int(sys.argv[3]))))' \
+            "$repo/scripts/bench" "$out/load-$how" "$wrk_threads")"
+        sync
+        if [[ $EUID -eq 0 ]] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
+            kv "load_${how}_page_cache" cold
+        else
+            kv "load_${how}_page_cache" warm
+        fi
+        start_fk
+        "${scale[@]}" ready --port "$port" --pid "$fk_pid" --t0 "$t0_start" --timeout "$ready_timeout" \
+            >"$out/restart-load-$how.json" || { tail -n 20 "$tmp/fk.log" >&2; exit 1; }
+        rows="$(opened_redo_rows)"
+        kv "load_${how}_redo_rows" "$rows"
+        log "ready: $(cat "$out/restart-load-$how.json"); redo rows at start: $rows"
+        [[ $how == term && $rows != 0 ]] && problem "a SIGTERM under load left $rows redo rows for the next start"
+    done
 fi
 
 log "stopping fencekeeper"

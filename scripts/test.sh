@@ -184,9 +184,9 @@ if ((sanitize == 1)); then
     # longer tells a scan apart: the plain run checks it at 200,000.
     : "${FK_HA_FAILOVERS:=5}" "${FK_ZOMBIE_ROUNDS:=8}" "${FK_KILL9_CYCLES:=15}"
     : "${FK_IDEM_LOOP_S:=8}" "${FK_SCALE_KEYS:=50000}" "${FK_TXN_LOOP_S:=10}"
-    : "${FK_LIN_SECONDS:=8}" "${FK_RACE_ROUNDS:=100}"
+    : "${FK_LIN_SECONDS:=8}" "${FK_RACE_ROUNDS:=100}" "${FK_RESTART_LOAD_S:=4}"
     export FK_HA_FAILOVERS FK_ZOMBIE_ROUNDS FK_KILL9_CYCLES FK_IDEM_LOOP_S FK_SCALE_KEYS FK_TXN_LOOP_S
-    export FK_LIN_SECONDS FK_RACE_ROUNDS
+    export FK_LIN_SECONDS FK_RACE_ROUNDS FK_RESTART_LOAD_S
 elif ((sanitize == 2)); then
     mkdir -p "$tmp/sanitizer"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=66:log_path=$tmp/sanitizer/tsan"

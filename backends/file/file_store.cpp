@@ -158,6 +158,8 @@ file_store::file_store(net::io_context& io, const file_store_options& opts)
       retention_ms_(
           std::chrono::duration_cast<std::chrono::milliseconds>(opts.idempotency_retention)
               .count()),
+      max_redo_rows_(opts.max_redo_rows), max_redo_bytes_(opts.max_redo_bytes),
+      checkpoints_(health_, checkpoint_warn_after),
       pool_(static_cast<std::size_t>(file_io_threads(opts.io_threads, syncfs_batches_))) {
     if (opts.flush == config::file_flush::syncfs && !syncfs_batches_)
         logging::write(logging::level::warn,

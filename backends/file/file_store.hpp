@@ -24,6 +24,12 @@ struct file_store_options {
     std::size_t fence_cache_size = 100'000;
     // How long an Idempotency-Key record answers retries (config idempotency.retention_s).
     std::chrono::seconds idempotency_retention{86'400};
+    // The flusher's backlog that makes the committer wait (config file.max_redo_rows and
+    // file.max_redo_bytes): redo rows committed whose files are not yet known durable, and
+    // the bytes of their bodies, which is what a start after a crash verifies
+    // (docs/file-store.md, "Bounded restarts").
+    std::int64_t max_redo_rows = 4096;
+    std::int64_t max_redo_bytes = std::int64_t{64} << 20;
 };
 
 // The pool's size when none is configured: 2 when batches are made durable by the index

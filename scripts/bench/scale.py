@@ -541,6 +541,17 @@ def report(out, plot=None):
                  mib(io.get("rchar", 0) / 1024), format(io.get("syscr", 0), ","),
                  mib(io.get("read_bytes", 0) / 1024))),
         ]
+    for how, what in (("term", "SIGTERM"), ("kill", "kill -9")):
+        again = read_json(os.path.join(out, "restart-load-%s.json" % how))
+        if not again or "load_%s_writes" % how not in meta:
+            continue
+        rows.append((
+            "restart after %s under load (%s fresh-key writes before it, one busy core; "
+            "%s page cache)" % (what, format(int(meta["load_%s_writes" % how]), ","),
+                                meta.get("load_%s_page_cache" % how, "?")),
+            "**%.3f s**, %s redo rows at start; the stop took %s s" % (
+                again["seconds"], meta.get("load_%s_redo_rows" % how, "?"),
+                meta.get("load_%s_stop_seconds" % how, "?"))))
     if check:
         rows.append(("read/write check after restart",
                      "%d keys read, %d written: %s" % (
@@ -583,7 +594,9 @@ def report(out, plot=None):
     print(text)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(text)
-    results = {"meta": meta, "put": put, "delete": dele, "restart": restart, "check": check}
+    results = {"meta": meta, "put": put, "delete": dele, "restart": restart, "check": check,
+               "restart_after_load": {how: read_json(os.path.join(out, "restart-load-%s.json" % how))
+                                      for how in ("term", "kill")}}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     if plot and put:

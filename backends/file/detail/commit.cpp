@@ -160,6 +160,7 @@ void file_store::enqueue(std::unique_ptr<pending> p, bool staged) {
 
 void file_store::committer_main() {
     auto last_batch = std::chrono::steady_clock::now();
+    bool idle_checkpointed = true; // nothing committed since the last idle checkpoint
     for (;;) {
         // Deferred items go first: they arrived before everything queued now. They wait
         // for a direct body of their key, which is queued or still being staged; until it
@@ -212,25 +213,29 @@ void file_store::committer_main() {
             // Nothing committed for a second: delete the redo rows the flusher has made
             // unnecessary, so that a restart has little to replay. (Under load each batch
             // deletes them in its own transaction.)
-            if (!failed_ && flushed_seq_.load() > trimmed_seq_ &&
-                std::chrono::steady_clock::now() - last_batch >= std::chrono::seconds(1))
+            const bool quiet =
+                std::chrono::steady_clock::now() - last_batch >= std::chrono::seconds(1);
+            if (!failed_ && flushed_seq_.load() > trimmed_seq_ && quiet)
                 trim_redo(true);
+            // And the WAL copied into the index file, so that it starts over with the next
+            // commit and a start after a crash reads little of it.
+            if (!failed_ && quiet && !idle_checkpointed) {
+                checkpoint_on(writer_, false);
+                idle_checkpointed = true;
+            }
             // Idle: expired idempotency records go in larger steps, each its own short
             // transaction, so a write arriving meanwhile waits for one step at most.
             if (!failed_)
                 expire_records(true, expiry_step_idle);
             continue;
         }
-        last_batch = std::chrono::steady_clock::now();
         const bool only_retries = batch.size() == retried;
+        wait_for_flusher();
         commit_batch(batch);
-        if (!failed_ && wal_frames_.load(std::memory_order_relaxed) >= catch_up_pages) {
-            int log = 0, done = 0;
-            if (writer_.checkpoint(log, done) != index_ok)
-                logging::write(logging::level::warn, "file store checkpoint failed",
-                               {{"root", root_}, {"error", writer_.last_error()}});
-            wal_frames_ = 0;
-        }
+        last_batch = std::chrono::steady_clock::now();
+        idle_checkpointed = false;
+        if (!failed_ && wal_frames_.load(std::memory_order_relaxed) >= catch_up_pages)
+            checkpoint_on(writer_, false);
         if (exiting && only_retries && deferred_.size() == retried) {
             // Stopping, and nothing has come for them: answer rather than wait forever.
             for (auto& p : deferred_) {
@@ -551,11 +556,9 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
     // 5. Make the renames and unlinks durable. With syncfs batches this is the flusher's
     //    syncfs, after which the batch's redo rows go; until then recovery redoes a rename
     //    that a power loss undid and rewrites a body that it lost.
-    if (b.last_redo != 0)
-        committed_seq_ = b.last_redo;
     if (syncfs_batches_) {
         if (b.last_redo != 0)
-            request_flush();
+            note_committed(b.last_redo, b.redo_bytes);
     } else {
         for (auto& [id, fd] : touched_dirs) {
             if (int e = sync_fd(fd, sync_kind::directory); e != 0) {
@@ -566,8 +569,11 @@ void file_store::commit_batch(std::deque<std::unique_ptr<pending>>& batch) {
                 return;
             }
         }
-        if (b.last_redo != 0)
+        if (b.last_redo != 0) {
+            std::lock_guard lock(flush_mutex_);
+            committed_seq_ = b.last_redo;
             flushed_seq_ = b.last_redo;
+        }
     }
     // Deletes may have left directories empty.
     for (pending* p : leaves)
@@ -720,6 +726,7 @@ const char* file_store::decide(pending& p, batch_state& b) {
             if (writer_.add_redo(row) != index_ok)
                 return "writing a redo row";
             b.last_redo = row.seq;
+            b.redo_bytes += static_cast<std::int64_t>(p.size);
         }
         r.created = !exists;
         r.version = next.version;
@@ -765,6 +772,7 @@ const char* file_store::decide_txn(pending& t, batch_state& b) {
     // raised fences (each lock's entry before the transaction) and its last redo row.
     std::vector<std::pair<std::string_view, std::optional<token_t>>> raised_before;
     const std::int64_t last_redo = b.last_redo;
+    const std::int64_t redo_bytes = b.redo_bytes;
     std::optional<std::size_t> refused;
     for (std::size_t i = 0; i < x.parts.size(); ++i) {
         pending& part = x.parts[i];
@@ -795,6 +803,7 @@ const char* file_store::decide_txn(pending& t, batch_state& b) {
                 b.raised.erase(std::string(lock));
         }
         b.last_redo = last_redo;
+        b.redo_bytes = redo_bytes;
         for (auto& part : x.parts) {
             part.accepted = false;
             part.existed = false;
@@ -841,14 +850,41 @@ const char* file_store::decide_txn(pending& t, batch_state& b) {
     return nullptr;
 }
 
-void file_store::request_flush() {
+void file_store::note_committed(std::int64_t seq, std::int64_t bytes) {
     {
         std::lock_guard lock(flush_mutex_);
+        committed_seq_ = seq;
+        committed_bytes_ += bytes;
+        health_.redo_backlog_rows.store(seq - flushed_seq_.load(), std::memory_order_relaxed);
         if (flush_wanted_)
             return;
         flush_wanted_ = true;
     }
     flush_cv_.notify_one();
+}
+
+void file_store::wait_for_flusher() {
+    std::unique_lock lock(flush_mutex_);
+    // Seqs have gaps (a refused transaction's rows): the count is at most the rows.
+    auto over = [&] {
+        const std::int64_t rows = committed_seq_.load() - flushed_seq_.load();
+        return rows > 0 &&
+               (rows >= max_redo_rows_ || committed_bytes_ - flushed_bytes_ >= max_redo_bytes_);
+    };
+    if (!over())
+        return;
+    const auto t0 = std::chrono::steady_clock::now();
+    flush_wanted_ = true;
+    flush_urgent_ = true;
+    flush_cv_.notify_one();
+    flushed_cv_.wait(lock, [&] { return !over() || failed_ || flusher_exit_; });
+    flush_urgent_ = false;
+    health_.flush_waits.fetch_add(1, std::memory_order_relaxed);
+    health_.flush_wait_ns.fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - t0)
+                                       .count()),
+        std::memory_order_relaxed);
 }
 
 void file_store::flusher_main() {
@@ -858,24 +894,32 @@ void file_store::flusher_main() {
         if (!flush_wanted_)
             return; // exiting, nothing left to flush
         flush_wanted_ = false;
-        lock.unlock();
         // Every batch through `through` renamed its files before this syncfs starts.
         const std::int64_t through = committed_seq_.load();
+        const std::int64_t through_bytes = committed_bytes_;
+        lock.unlock();
         // A write-back error means bodies in place were lost: fail like any other.
-        if (!failed_) {
-            if (int err = sync_fd(objects_.fd(), sync_kind::background); err != 0)
-                fail("background syncfs", err);
-            else
-                flushed_seq_ = through;
-        }
+        int err = -1;
+        if (!failed_ && (err = sync_fd(objects_.fd(), sync_kind::background)) != 0)
+            fail("background syncfs", err);
         lock.lock();
-        flush_cv_.wait_for(lock, flush_interval, [&] { return flusher_exit_; });
+        if (err == 0) {
+            flushed_seq_ = through;
+            flushed_bytes_ = through_bytes;
+            health_.redo_backlog_rows.store(committed_seq_.load() - through,
+                                            std::memory_order_relaxed);
+        }
+        flushed_cv_.notify_all();
+        // The pause lets one syncfs serve the commits meanwhile; a waiting committer has
+        // nothing more coming.
+        flush_cv_.wait_for(lock, flush_interval, [&] { return flusher_exit_ || flush_urgent_; });
     }
 }
 
 int file_store::on_wal_commit(void* self, sqlite3*, const char*, int pages) {
     auto* s = static_cast<file_store*>(self);
     s->wal_frames_.store(pages, std::memory_order_relaxed);
+    s->checkpoints_.committed(pages, checkpoint_pages, std::chrono::steady_clock::now());
     if (pages >= checkpoint_pages) {
         {
             std::lock_guard lock(s->checkpoint_mutex_);
@@ -884,6 +928,30 @@ int file_store::on_wal_commit(void* self, sqlite3*, const char*, int pages) {
         s->checkpoint_cv_.notify_one();
     }
     return 0;
+}
+
+template <class Connection> void file_store::checkpoint_on(Connection& conn, bool wait) {
+    std::unique_lock run(checkpoint_run_mutex_, std::defer_lock);
+    if (wait)
+        run.lock();
+    else if (!run.try_lock())
+        return; // the checkpointer is copying: the next batch looks again
+    // PASSIVE: copies what it can without blocking the committer or readers; the WAL
+    // starts over at the first commit after a checkpoint that copied everything.
+    int log = 0, done = 0;
+    const bool ok = conn.checkpoint(log, done) == index_ok;
+    const auto n = checkpoints_.checkpointed(ok, log, done, ok ? std::string() : conn.last_error(),
+                                             std::chrono::steady_clock::now());
+    run.unlock();
+    if (n.what == checkpoint_watch::notice::kind::stalled)
+        logging::write(logging::level::warn, "file store checkpoints are behind",
+                       {{"root", root_},
+                        {"behind_s", n.lag_s},
+                        {"wal_pages", health_.wal_pages.load(std::memory_order_relaxed)},
+                        {"error", n.error.empty() ? nlohmann::json() : nlohmann::json(n.error)}});
+    else if (n.what == checkpoint_watch::notice::kind::resumed)
+        logging::write(logging::level::info, "file store checkpoints caught up",
+                       {{"root", root_}, {"behind_s", n.lag_s}});
 }
 
 void file_store::checkpointer_main() {
@@ -900,12 +968,7 @@ void file_store::checkpointer_main() {
             return;
         wal_pages_ = 0;
         lock.unlock();
-        // PASSIVE: copies what it can without blocking the committer or readers; the WAL
-        // starts over at the first commit after a checkpoint that copied everything.
-        int log = 0, done = 0;
-        if (cp.checkpoint(log, done) != index_ok)
-            logging::write(logging::level::warn, "file store checkpoint failed",
-                           {{"root", root_}, {"error", cp.last_error()}});
+        checkpoint_on(cp, true);
         lock.lock();
     }
 }

@@ -28,6 +28,7 @@
 // take the floors from the index, in the snapshot they read the fence from.
 
 #include "backends/fence_cache.hpp"
+#include "backends/file/detail/checkpoint_watch.hpp"
 #include "backends/file/detail/index.hpp"
 #include "backends/file/detail/key_path.hpp"
 #include "backends/file/detail/objects_dir.hpp"
@@ -64,6 +65,10 @@ inline constexpr std::size_t stage_dir_budget = 64;
 // Bodies up to this size are copied into their redo row (file.flush "syncfs"), so their
 // files need not be durable before the commit.
 inline constexpr std::size_t journaled_body_max = 4096;
+
+// How long the index's WAL may be behind (a checkpoint due and none complete since)
+// before the store says so in its log (docs/file-store.md, "Checkpoints").
+inline constexpr std::chrono::seconds checkpoint_warn_after{10};
 
 // The store's clock, Unix ms: fences' and keys' times, and idempotency records' commit
 // times and expiry. Tests can move it (set_clock_offset_for_tests).
@@ -148,7 +153,8 @@ struct batch_state {
     // first floor raise on, a copy with this batch's raises, installed after the COMMIT (a
     // batch that does not commit leaves the committed floors as they were).
     std::optional<fence::floor_set> staged_floors;
-    std::int64_t last_redo = 0; // the seq of the batch's last redo row
+    std::int64_t last_redo = 0;  // the seq of the batch's last redo row
+    std::int64_t redo_bytes = 0; // the bodies' bytes of the batch's redo rows
 };
 
 class file_store final : public store {
@@ -173,6 +179,7 @@ public:
                                                          std::string key) override;
     bool ready() const noexcept override;
     const commit_stats* batches() const noexcept override { return &commit_sizes_; }
+    const file_store_health* file_health() const noexcept override { return &health_; }
     void stop() override;
 
     // Tests: block until the sweep after an unclean start has finished (true), or
@@ -313,8 +320,19 @@ private:
     void fail(std::string_view what, int err);
     void fail_index(std::string_view what);
     void flusher_main();
-    void request_flush();
+    // A batch renamed its files: its redo rows (through `seq`, with `bytes` of bodies) are
+    // the flusher's to make durable; the flusher is woken.
+    void note_committed(std::int64_t seq, std::int64_t bytes);
+    // The committer, before a batch: while the flusher's backlog is at max_redo_rows_ or
+    // max_redo_bytes_, wait for its syncfs (which then runs without its pause), so that a
+    // crash never leaves a start more to verify (docs/file-store.md, "Bounded restarts").
+    void wait_for_flusher();
     void checkpointer_main();
+    // A PASSIVE checkpoint on `conn` (the committer's writer or the checkpointer's own
+    // connection), one at a time: `wait` false gives up at once when the other is running
+    // one (the committer never waits for the checkpointer). Logs only what
+    // checkpoint_watch says is worth it.
+    template <class Connection> void checkpoint_on(Connection& conn, bool wait);
     static int on_wal_commit(void* self, struct sqlite3*, const char*, int pages);
 
     net::io_context& io_;
@@ -385,10 +403,23 @@ private:
 
     std::mutex flush_mutex_;
     std::condition_variable flush_cv_;
-    bool flush_wanted_ = false; // guarded by flush_mutex_
-    bool flusher_exit_ = false; // guarded by flush_mutex_
+    std::condition_variable flushed_cv_; // the flusher ended a syncfs (wait_for_flusher)
+    bool flush_wanted_ = false;          // guarded by flush_mutex_
+    bool flush_urgent_ = false;          // guarded by flush_mutex_: the committer waits, no pause
+    bool flusher_exit_ = false;          // guarded by flush_mutex_
+    // Bodies' bytes of the redo rows through committed_seq_ and through flushed_seq_, summed
+    // since the start; guarded by flush_mutex_ (like the two seqs, when they change).
+    std::int64_t committed_bytes_ = 0;
+    std::int64_t flushed_bytes_ = 0;
+    std::int64_t max_redo_rows_ = 0;  // file_store_options
+    std::int64_t max_redo_bytes_ = 0; // file_store_options
+    file_store_health health_;
 
     std::atomic<int> wal_frames_{0}; // frames in the WAL after the last commit (its hook)
+    // Held while a checkpoint runs (checkpoint_on): two connections' checkpoints never
+    // meet in SQLite, where one of them would fail with SQLITE_BUSY.
+    std::mutex checkpoint_run_mutex_;
+    checkpoint_watch checkpoints_; // REQUIRES: checkpoint_run_mutex_ for checkpointed()
     std::mutex checkpoint_mutex_;
     std::condition_variable checkpoint_cv_;
     int wal_pages_ = 0;              // guarded by checkpoint_mutex_

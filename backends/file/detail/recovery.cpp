@@ -238,7 +238,10 @@ std::optional<open_error> file_store::replay_redo() {
             return open_error{
                 "file store " + root_ + ": deleting redo rows: " + writer_.last_error(), 1};
         }
+        // Nothing before it is left to flush or trim; new rows come after it (add_redo).
         trimmed_seq_ = rows.back().seq;
+        committed_seq_ = trimmed_seq_;
+        flushed_seq_ = trimmed_seq_;
     }
     logging::write(logging::level::info, "file store opened",
                    {{"root", root_},
