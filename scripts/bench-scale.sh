@@ -351,12 +351,12 @@ if ((load_stop > 0)); then
             wait "$fk_pid" || problem "fencekeeper exited with $? on SIGTERM under load"
         else
             kill -KILL "$fk_pid"
-            wait "$fk_pid" 2>/dev/null
+            wait "$fk_pid" 2>/dev/null || true # 137: killed, as asked
         fi
         kv "load_${how}_stop_seconds" "$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$t" "$EPOCHREALTIME")"
         fk_pid=""
         kill "$wrk_pid" "$busy_pid" 2>/dev/null
-        wait "$wrk_pid" "$busy_pid" 2>/dev/null
+        wait "$wrk_pid" "$busy_pid" 2>/dev/null || true # 143: they were stopped
         wrk_pid="" busy_pid=""
         kv "load_${how}_writes" "$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import scale
 print(sum(r[-1][1] if r else 0 for r in scale.read_progress(sys.argv[2], "put", int(sys.argv[3]))))' \
