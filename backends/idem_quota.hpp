@@ -121,9 +121,7 @@ public:
     std::optional<std::chrono::seconds> idempotency_records_full(std::string_view scope) override;
     bool ready() const noexcept override { return inner_->ready(); }
     const commit_stats* batches() const noexcept override { return inner_->batches(); }
-    const file_store_health* file_health() const noexcept override {
-        return inner_->file_health();
-    }
+    const file_store_health* file_health() const noexcept override { return inner_->file_health(); }
     void stop() override;
 
 private:

@@ -1,4 +1,4 @@
-// The whole exporter in one file, about 580 lines: the label tables, the bucket bounds, the
+// The whole exporter in one file, about 670 lines: the label tables, the bucket bounds, the
 // per-thread shards and the text rendering all serve one fixed set of series, and read
 // best together. docs/operations.md ("Why the exporter is hand-written") says why this is
 // not prometheus-cpp.
