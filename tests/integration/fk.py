@@ -588,6 +588,7 @@ class Client:
     def __init__(self, host, port, timeout=30.0):
         self.host, self.port, self.timeout = host, port, timeout
         self.conn = None
+        self.resent = None   # the latest resend: (repr of the first attempt's error, its seconds, fresh)
 
     def close(self):
         if self.conn is not None:
@@ -605,7 +606,9 @@ class Client:
         if isinstance(body, str):
             body = body.encode()
         hdrs = dict(headers or {})
+        t0 = time.monotonic()
         for attempt in (0, 1):
+            fresh = self.conn is None
             if self.conn is None:
                 self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             try:
@@ -623,6 +626,7 @@ class Client:
                 # blindly; writes carry tokens and are idempotent per the contract.
                 if attempt == 1:
                     raise
+                self.resent = (repr(e), time.monotonic() - t0, fresh)
             except Exception:
                 self.close()
                 raise

@@ -147,6 +147,7 @@ class Load:
         self.on_result = on_result      # fn(op, status_or_None, latency_s)
         self.pause_on_error = pause_on_error
         self.errors = []
+        self.resent = {}   # op id -> Client.resent: the request went out twice (diagnostics)
 
     def _next_tag(self):
         with self.mu:
@@ -172,6 +173,7 @@ class Load:
             op = self.history.invoke(proc, "fence", lock, None, token)
             fn = lambda: c.put_fence(lock, token)
         t0 = time.monotonic()
+        c.resent = None
         try:
             r = fn()
         except Exception as e:
@@ -180,6 +182,9 @@ class Load:
                 self.on_result(op, None, time.monotonic() - t0)
             return False
         self.history.record_response(op, r)
+        if c.resent is not None:
+            with self.mu:
+                self.resent[op.id] = c.resent
         if self.on_result:
             self.on_result(op, r.status, time.monotonic() - t0)
         if r.status in (400, 404, 428) or (r.status == 409 and b"lock_mismatch" in r.body):

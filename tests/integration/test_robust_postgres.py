@@ -58,7 +58,8 @@ class Cluster:
 
     def start(self):
         self._run([self.pg_ctl, "-D", self.data, "-w", "-t", "60", "-l", self.dir + "/log", "-o",
-                   "-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=100" % (self.port, self.dir),
+                   "-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=100 "
+                   "-c log_min_duration_statement=500 -c log_lock_waits=on" % (self.port, self.dir),
                    "start"])
 
     def stop(self, mode="fast"):
@@ -141,6 +142,7 @@ class Run:
         self.history = fk.History()
         self.samples = []   # (t_start, latency, status or None, op)
         self.mu = threading.Lock()
+        self.marks = []     # (what, monotonic time): the fault's steps, for explain_slow
         self.load = robust.Load(lambda: self.proxy, self.history, self.ks, self.tokens, nthreads=8,
                                 sizes=(1, 4096), timeout=DEADLINE_S + 10, on_result=self._sample,
                                 pause_on_error=0.01)
@@ -178,6 +180,8 @@ class Run:
             statuses[s] = statuses.get(s, 0) + 1
             if lat > DEADLINE_S:
                 slow.append((round(lat, 2), s, op))
+        if slow:
+            self.explain_slow(slow)
         fk.check(not slow, "%s: %d requests took longer than %.1fs: %r" % (what, len(slow), DEADLINE_S, slow[:5]))
         bad = sorted(set(s for s in statuses if s is not None) - {200, 201, 204, 409, 503, 504})
         fk.eq(bad, [], "%s: replies outside 2xx/409/503/504" % what)
@@ -189,6 +193,26 @@ class Run:
         print("  %s: %d requests %s, max latency %.2fs (deadline %.1fs)"
               % (what, len(self.samples), dict(sorted(statuses.items(), key=lambda kv: str(kv[0]))),
                  max(l for _, l, _, _ in self.samples), DEADLINE_S))
+
+    def explain_slow(self, slow):
+        """What a failure needs to be understood later: when each slow request started
+        (against the fault's marks), and what fencekeeper and Postgres logged meanwhile."""
+        for lat, s, op in sorted(slow, key=lambda x: -x[0])[:5]:
+            wall = time.time() - (time.monotonic() - op.invoke_t)
+            print("  slow: %.2fs -> %s, started %s UTC, %s" % (
+                lat, s, time.strftime("%H:%M:%S", time.gmtime(wall)) + ".%03d" % (wall % 1 * 1000),
+                ", ".join("%+.2fs after %s" % (op.invoke_t - t, m) for m, t in self.marks)))
+            if op.id in self.load.resent:
+                err, first_s, fresh = self.load.resent[op.id]
+                print("    sent twice: the first attempt (%s connection) ended after %.2fs with %s"
+                      % ("a new" if fresh else "a kept-alive", first_s, err))
+        lines = [l for l in self.proxy.stderr_text().splitlines() if '"rejected stale write"' not in l]
+        print("--- fencekeeper stderr, stale-write lines left out (last 60):\n%s\n---" % "\n".join(lines[-60:]))
+        with fk.contextlib.suppress(OSError), open(os.path.join(self.cluster.dir, "log"), errors="replace") as f:
+            print("--- postgres log (last 4000 bytes):\n%s---" % f.read()[-4000:])
+
+    def mark(self, what):
+        self.marks.append((what, time.monotonic()))
 
     def close(self):
         with fk.contextlib.suppress(Exception):
@@ -223,14 +247,18 @@ def test_immediate_stop_and_restart():
     try:
         run.load.start()
         time.sleep(1.0)
+        run.mark("stop begins")
         run.cluster.stop("immediate")
+        run.mark("stopped")
         t_down = time.monotonic()
         time.sleep(2.0)
         fk.eq(run.proxy.client(timeout=DEADLINE_S).readyz().status, 503, "/readyz while Postgres is down")
         down = run.summary_since(t_down + 0.5)
         fk.check(down.get(503, 0) > 0, "no 503 while the database was down: %r" % down)
         fk.check(not any(s is not None and 200 <= s < 300 for s in down), "2xx while the database was down: %r" % down)
+        run.mark("start begins")
         run.cluster.start()
+        run.mark("started")
         t_back = time.monotonic()
         rec = run.wait_acked_since(t_back, n=20)
         fk.eq(run.proxy.client().readyz().status, 200, "/readyz after the restart")
