@@ -275,7 +275,7 @@ error check_auth(const settings& s) {
 }
 
 error apply_level(std::string_view text, const std::string& name, settings& into) {
-    auto l = logging::parse_level(text);
+    auto l = parse_log_level(text);
     if (!l)
         return fail(name + ": " + level_expectation + in_quotes(text));
     into.log_level = *l;
@@ -547,7 +547,7 @@ std::vector<config_key> make_keys() {
         [](const std::string& t, const std::string& p, settings& s) {
             return apply_level(t, p, s);
         },
-        [](const settings& s) { return json(logging::to_string(s.log_level)); }));
+        [](const settings& s) { return json(to_string(s.log_level)); }));
     k.push_back(string_key(
         "auth_token_file", "a path, 1 to 4096 bytes, no control characters",
         "bearer token file; unset: $FENCEKEEPER_AUTH_TOKEN, else no auth",

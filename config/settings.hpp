@@ -3,7 +3,7 @@
 // (config/keys.hpp reads them from a default-constructed `settings`). Parsing and
 // validation live in config/parse.hpp; nothing here does I/O.
 
-#include "backends/log/logging.hpp"
+#include "config/log_level.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -122,7 +122,7 @@ struct settings {
     std::uint16_t listen_port = 8080;
     std::string store = "file:./data"; // file:PATH or postgresql://... / postgres://...
     int threads = 0;                   // 0 → number of cores
-    logging::level log_level = logging::level::info;
+    config::log_level log_level = config::log_level::info;
     http_limits http;
     postgres_settings postgres;
     file_settings file;

@@ -1,6 +1,6 @@
 #include "proxy/error_response.hpp"
 
-#include "backends/log/logging.hpp"
+#include "fence/json_string.hpp"
 
 #include <boost/beast/http/field.hpp>
 
@@ -167,9 +167,9 @@ response applied_put_response(bool created, std::string_view key, std::string_vi
     std::string& body = res.body();
     body.reserve(64 + key.size() + lock.size());
     body += R"({"key":)";
-    logging::append_json_string(body, key);
+    fence::append_json_string(body, key);
     body += R"(,"lock":)";
-    logging::append_json_string(body, lock);
+    fence::append_json_string(body, lock);
     body += R"(,"token":)";
     append_int(body, token);
     body += R"(,"version":)";
@@ -192,11 +192,11 @@ response stale_token_response(std::string_view lock, fence::token_t token,
     body += R"(,"error":"stale_token",)";
     if (floor) {
         body += R"("floor":)";
-        logging::append_json_string(body, *floor);
+        fence::append_json_string(body, *floor);
         body += ',';
     }
     body += R"("lock":)";
-    logging::append_json_string(body, lock);
+    fence::append_json_string(body, lock);
     body += R"(,"message":)";
     std::string message;
     message.reserve(120 + lock.size() + floor_size);
@@ -213,7 +213,7 @@ response stale_token_response(std::string_view lock, fence::token_t token,
         message += "')";
     }
     message += "; nothing was written";
-    logging::append_json_string(body, message);
+    fence::append_json_string(body, message);
     body += R"(,"token":)";
     append_int(body, token);
     body += '}';

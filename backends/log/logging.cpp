@@ -1,7 +1,7 @@
 #include "backends/log/logging.hpp"
 
+#include "fence/json_string.hpp"
 #include "fence/rfc3339.hpp"
-#include "fence/utf8.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -173,11 +173,11 @@ private:
 
 void append_field(std::string& line, const field& f) {
     line += ',';
-    append_json_string(line, f.key);
+    fence::append_json_string(line, f.key);
     line += ':';
     switch (f.type) {
     case field::kind::string:
-        append_json_string(line, f.text);
+        fence::append_json_string(line, f.text);
         break;
     case field::kind::integer: {
         char buf[24];
@@ -200,36 +200,10 @@ void append_head(std::string& line, level l, std::string_view msg,
     line += R"(","level":")";
     line += to_string(l);
     line += R"(","msg":)";
-    append_json_string(line, msg);
+    fence::append_json_string(line, msg);
 }
 
 } // namespace
-
-std::optional<level> parse_level(std::string_view text) noexcept {
-    if (text == "debug")
-        return level::debug;
-    if (text == "info")
-        return level::info;
-    if (text == "warn")
-        return level::warn;
-    if (text == "error")
-        return level::error;
-    return std::nullopt;
-}
-
-std::string_view to_string(level l) noexcept {
-    switch (l) {
-    case level::debug:
-        return "debug";
-    case level::info:
-        return "info";
-    case level::warn:
-        return "warn";
-    case level::error:
-        return "error";
-    }
-    return "unknown";
-}
 
 void set_level(level l) noexcept {
     g_level.store(l, std::memory_order_relaxed);
@@ -237,68 +211,6 @@ void set_level(level l) noexcept {
 
 level current_level() noexcept {
     return g_level.load(std::memory_order_relaxed);
-}
-
-void append_json_string(std::string& out, std::string_view text) {
-    static constexpr char hex[] = "0123456789abcdef";
-    out += '"';
-    std::size_t i = 0;
-    while (i < text.size()) {
-        // A run of plain ASCII is copied at once.
-        std::size_t j = i;
-        while (j < text.size()) {
-            const auto c = static_cast<unsigned char>(text[j]);
-            if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80)
-                break;
-            ++j;
-        }
-        out.append(text.data() + i, j - i);
-        i = j;
-        if (i == text.size())
-            break;
-        const auto c = static_cast<unsigned char>(text[i]);
-        if (c < 0x80) {
-            switch (c) {
-            case '"':
-                out += "\\\"";
-                break;
-            case '\\':
-                out += "\\\\";
-                break;
-            case '\b':
-                out += "\\b";
-                break;
-            case '\t':
-                out += "\\t";
-                break;
-            case '\n':
-                out += "\\n";
-                break;
-            case '\f':
-                out += "\\f";
-                break;
-            case '\r':
-                out += "\\r";
-                break;
-            default: {
-                const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xF]};
-                out.append(esc, 6);
-            }
-            }
-            ++i;
-            continue;
-        }
-        // Invalid bytes are skipped by nlohmann's rule (see fence::utf8_step).
-        const int n = fence::decode_utf8(text, i).length;
-        if (n > 0) {
-            out.append(text.data() + i, static_cast<std::size_t>(n));
-            i += static_cast<std::size_t>(n);
-        } else {
-            out += "\xEF\xBF\xBD";
-            i += static_cast<std::size_t>(-n);
-        }
-    }
-    out += '"';
 }
 
 std::string format_line(level l, std::string_view msg, const nlohmann::json& fields,
@@ -309,7 +221,7 @@ std::string format_line(level l, std::string_view msg, const nlohmann::json& fie
     if (fields.is_object()) {
         for (const auto& [key, value] : fields.items()) {
             line += ',';
-            append_json_string(line, is_reserved(key) ? "field." + key : key);
+            fence::append_json_string(line, is_reserved(key) ? "field." + key : key);
             line += ':';
             line += dump(value);
         }

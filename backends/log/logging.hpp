@@ -12,6 +12,8 @@
 // and 8 MiB are waiting, further lines are dropped and counted; a line saying how many
 // is written when it drains.
 
+#include "config/log_level.hpp"
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <chrono>
@@ -23,10 +25,11 @@
 
 namespace fk::logging {
 
-enum class level { debug = 0, info = 1, warn = 2, error = 3 };
-
-std::optional<level> parse_level(std::string_view text) noexcept; // "debug", "info", ...
-std::string_view to_string(level l) noexcept;
+using level = config::log_level;
+using config::to_string;
+inline std::optional<level> parse_level(std::string_view text) noexcept {
+    return config::parse_log_level(text);
+}
 
 void set_level(level l) noexcept;
 level current_level() noexcept;
@@ -67,11 +70,6 @@ void start_writer() noexcept;
 // Writes every line buffered so far to stderr before returning. For shutdown and tests;
 // also runs at exit. Never call it on an I/O thread.
 void flush() noexcept;
-
-// Appends `text` as a JSON string literal (quotes included), escaped exactly as
-// nlohmann::json::dump(-1, ' ', false, error_handler_t::replace) does: invalid UTF-8
-// becomes U+FFFD. Exposed for the proxy's fixed-shape JSON bodies and for tests.
-void append_json_string(std::string& out, std::string_view text);
 
 // The line write() emits, without the trailing newline; exposed for tests. Fields named
 // ts, level or msg are renamed field.ts, ... so that no key appears twice. Invalid UTF-8

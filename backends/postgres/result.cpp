@@ -3,8 +3,8 @@
 // splitting it would spread the one rule of what a client may retry over several files.
 #include "backends/postgres/result.hpp"
 
-#include "backends/log/logging.hpp"
 #include "backends/postgres/sql.hpp"
+#include "fence/json_string.hpp"
 
 #include <charconv>
 
@@ -664,7 +664,7 @@ std::string rows_to_json(const result_table& t) {
         for (std::size_t c = 0; c < t.columns.size(); ++c) {
             if (c)
                 out += ',';
-            logging::append_json_string(out, t.columns[c].name);
+            fence::append_json_string(out, t.columns[c].name);
             out += ':';
             const auto* v = cell(t, i, c);
             if (!v || !*v) {
@@ -683,7 +683,7 @@ std::string rows_to_json(const result_table& t) {
                 if (is_json_number(s))
                     out += s;
                 else
-                    logging::append_json_string(out, s);
+                    fence::append_json_string(out, s);
                 break;
             case oid_bool:
                 out += s == "t" ? "true" : "false";
@@ -693,7 +693,7 @@ std::string rows_to_json(const result_table& t) {
                 out += s;
                 break;
             default:
-                logging::append_json_string(out, s);
+                fence::append_json_string(out, s);
             }
         }
         out += '}';

@@ -1,6 +1,6 @@
 #include "proxy/detail/operation_params.hpp"
 
-#include "backends/log/logging.hpp"
+#include "fence/json_string.hpp"
 #include "proxy/detail/json_reader.hpp"
 
 #include <algorithm>
@@ -196,7 +196,7 @@ bool param_value::key(std::string_view k) {
     if (at > std::numeric_limits<std::uint32_t>::max())
         return fail("parameter " + std::to_string(number_) + " is larger than 4 GiB");
     key_at_.push_back(static_cast<std::uint32_t>(at));
-    logging::append_json_string(text(), k);
+    fence::append_json_string(text(), k);
     text() += ':';
     return true;
 }
@@ -252,7 +252,7 @@ bool param_value::scalar(std::optional<std::string_view> v, bool is_string) {
     if (!v)
         text() += "null";
     else if (is_string)
-        logging::append_json_string(text(), *v);
+        fence::append_json_string(text(), *v);
     else
         text() += *v;
     return true;

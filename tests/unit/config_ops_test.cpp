@@ -115,7 +115,7 @@ TEST_CASE("--check-config: a switch, combined with the other flags and the file"
     temp_config file{R"({"log_level": "warn"})"};
     cl = ok({"--check-config", "--config", file.path, "--listen", "0.0.0.0:9"});
     CHECK(cl.check_config);
-    CHECK(cl.values.log_level == fk::logging::level::warn);
+    CHECK(cl.values.log_level == fk::config::log_level::warn);
     CHECK(cl.values.listen_host == "0.0.0.0");
     CHECK(err({"--check-config=yes"}) == "--check-config: takes no value");
     // A bad file is still an error: that is what --check-config is for.

@@ -70,7 +70,7 @@ TEST_CASE("defaults match the contract") {
     CHECK(s.listen_host == "127.0.0.1");
     CHECK(s.listen_port == 8080);
     CHECK(s.store == "file:./data");
-    CHECK(s.log_level == fk::logging::level::info);
+    CHECK(s.log_level == fk::config::log_level::info);
     CHECK(s.postgres.schema == "fencekeeper");
     CHECK(s.operations.empty());
 
@@ -99,7 +99,7 @@ TEST_CASE("every flag, with a separate value and with =") {
         CHECK(cl.values.listen_port == 0);
         CHECK(cl.values.store == "file:/tmp/x");
         CHECK(cl.values.threads == 3);
-        CHECK(cl.values.log_level == fk::logging::level::debug);
+        CHECK(cl.values.log_level == fk::config::log_level::debug);
     }
     CHECK(ok({"--store", "postgresql://u@h/db"}).values.store == "postgresql://u@h/db");
     CHECK(ok({"--store=postgres://h/db?sslmode=require"}).values.store ==
@@ -107,7 +107,7 @@ TEST_CASE("every flag, with a separate value and with =") {
     CHECK(ok({"--threads", "1"}).values.threads == 1);
     CHECK(ok({"--threads", "1024"}).values.threads == 1024);
     for (auto level : {"debug", "info", "warn", "error"})
-        CHECK(fk::logging::to_string(ok({"--log-level", level}).values.log_level) == level);
+        CHECK(fk::config::to_string(ok({"--log-level", level}).values.log_level) == level);
 }
 
 TEST_CASE("the last of a repeated flag wins") {
@@ -197,12 +197,12 @@ TEST_CASE("--config loads the file first, then flags override it") {
              {"--config=" + path, "--threads=2"}}) {
         const auto cl = ok(args);
         CHECK(cl.config_file == path);
-        CHECK(cl.values.threads == 2);                          // flag wins
-        CHECK(cl.values.listen_host == "10.0.0.1");             // from the file
-        CHECK(cl.values.listen_port == 9000);                   // from the file
-        CHECK(cl.values.log_level == fk::logging::level::warn); // from the file
-        CHECK(cl.values.http.max_body_bytes == 1024);           // from the file
-        CHECK(cl.values.http.max_header_bytes == 16 * 1024);    // default
+        CHECK(cl.values.threads == 2);                             // flag wins
+        CHECK(cl.values.listen_host == "10.0.0.1");                // from the file
+        CHECK(cl.values.listen_port == 9000);                      // from the file
+        CHECK(cl.values.log_level == fk::config::log_level::warn); // from the file
+        CHECK(cl.values.http.max_body_bytes == 1024);              // from the file
+        CHECK(cl.values.http.max_header_bytes == 16 * 1024);       // default
     }
     CHECK(ok({"--config", path, "--listen", "[::1]:1"}).values.listen_host == "::1");
 }
@@ -268,7 +268,7 @@ TEST_CASE("apply_json: every key") {
     CHECK(s.listen_port == 8443);
     CHECK(s.store == "postgresql://localhost/fk");
     CHECK(s.threads == 8);
-    CHECK(s.log_level == fk::logging::level::error);
+    CHECK(s.log_level == fk::config::log_level::error);
     CHECK(s.shutdown_timeout == 2500ms);
     CHECK(s.http.max_header_bytes == 4096);
     CHECK(s.http.max_body_bytes == 1);
