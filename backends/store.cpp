@@ -7,7 +7,7 @@ write_result replay_from_record(std::string_view recorded_fingerprint, std::stri
     write_result r;
     if (recorded_fingerprint != fingerprint) {
         r.error = errc::idempotency_key_reused;
-        r.message = "this Idempotency-Key was used for a different request; nothing was applied";
+        r.message = idempotency_key_reused_message;
         return r;
     }
     r.replayed = true;

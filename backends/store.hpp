@@ -216,6 +216,11 @@ struct txn_result {
     std::string server_message; // operation_failed: as operation_result::server_message
 };
 
+// The message of every idempotency_key_reused a store answers (the proxy's own, for a
+// claim it refuses before the store, is in error_response.cpp).
+inline constexpr const char* idempotency_key_reused_message =
+    "this Idempotency-Key was used for a different request; nothing was applied";
+
 // A write's answer from its Idempotency-Key record (the promises on struct idempotency):
 // the recorded outcome with `replayed` when the fingerprints match, else
 // idempotency_key_reused. Both stores answer through this one function.

@@ -2,6 +2,8 @@
 
 #include "proxy/scopes.hpp"
 
+#include <boost/beast/core/string.hpp>
+
 #include <arpa/inet.h>
 
 #include <cerrno>
@@ -38,19 +40,6 @@ std::string check_token(std::string_view token) {
         }
     }
     return {};
-}
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    if (a.size() != b.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
-        if (lower(a[i]) != lower(b[i])) {
-            return false;
-        }
-    }
-    return true;
 }
 
 } // namespace
@@ -126,7 +115,7 @@ bool is_loopback_host(std::string_view host) noexcept {
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
         host = host.substr(1, host.size() - 2);
     }
-    if (iequals(host, "localhost")) {
+    if (boost::beast::iequals(host, "localhost")) {
         return true;
     }
     char buf[64];
@@ -156,7 +145,7 @@ namespace {
 std::optional<std::string_view> bearer_credentials(std::string_view authorization) noexcept {
     const std::string_view value = trim(authorization);
     const auto sp = value.find(' ');
-    if (sp == std::string_view::npos || !iequals(value.substr(0, sp), "bearer"))
+    if (sp == std::string_view::npos || !boost::beast::iequals(value.substr(0, sp), "bearer"))
         return std::nullopt;
     return trim(value.substr(sp + 1));
 }

@@ -1,6 +1,7 @@
 #include "proxy/scopes.hpp"
 
 #include "fence/names.hpp"
+#include "proxy/detail/excerpt.hpp"
 
 #include <algorithm>
 
@@ -29,8 +30,7 @@ std::vector<std::string> normalise(std::vector<std::string> prefixes) {
 
 // Client-supplied names quoted in a 403, cut to a readable length.
 std::string in_quotes(std::string_view name) {
-    constexpr std::size_t max = 64;
-    return "'" + std::string{name.substr(0, max)} + (name.size() > max ? "...'" : "'");
+    return "'" + detail::excerpt(name) + "'";
 }
 
 std::string who(const client_scope& s) {

@@ -321,7 +321,7 @@ txn_result txn_answer_from(const idem_row& rec, const idempotency& idem) {
     txn_result r;
     if (!rec.results || rec.fingerprint != idem.fingerprint) {
         r.error = errc::idempotency_key_reused;
-        r.message = "this Idempotency-Key was used for a different request; nothing was applied";
+        r.message = idempotency_key_reused_message;
         return r;
     }
     r.replayed = true;

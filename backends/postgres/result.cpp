@@ -13,49 +13,9 @@ namespace {
 
 using transport = exec_outcome::transport;
 
-constexpr const char* key_reused =
-    "this Idempotency-Key was used for a different request; nothing was applied";
-
 constexpr unsigned oid_bool = 16, oid_int8 = 20, oid_int2 = 21, oid_int4 = 23, oid_oid = 26,
                    oid_json = 114, oid_float4 = 700, oid_float8 = 701, oid_numeric = 1700,
                    oid_jsonb = 3802;
-
-const std::optional<std::string>* cell(const result_table& t, std::size_t row, std::size_t col) {
-    if (row >= t.rows.size() || col >= t.rows[row].size())
-        return nullptr;
-    return &t.rows[row][col];
-}
-
-std::optional<std::int64_t> int_at(const result_table& t, std::size_t row, std::size_t col) {
-    auto c = cell(t, row, col);
-    if (!c || !*c)
-        return std::nullopt;
-    return t.binary ? decode_int8(**c) : parse_int(**c);
-}
-
-bool bool_at(const result_table& t, std::size_t row, std::size_t col) {
-    auto c = cell(t, row, col);
-    if (!c || !*c)
-        return false;
-    if (t.binary)
-        return !(*c)->empty() && (**c)[0] != 0;
-    return **c == "t";
-}
-
-std::string text_at(const result_table& t, std::size_t row, std::size_t col) {
-    auto c = cell(t, row, col);
-    return c && *c ? **c : std::string();
-}
-
-// The value of the column named `name` (NULL, or no such column: nullopt).
-std::optional<std::string> named_at(const result_table& t, std::size_t row, std::string_view name) {
-    for (std::size_t c = 0; c < t.columns.size(); ++c)
-        if (t.columns[c].name == name) {
-            auto v = cell(t, row, c);
-            return v ? *v : std::nullopt;
-        }
-    return std::nullopt;
-}
 
 // fk_fence_step's HINT when a floor rejected the token: "floor:" and its prefix.
 constexpr std::string_view floor_hint = "floor:";
@@ -143,6 +103,49 @@ bool is_json_number(std::string_view s) noexcept {
 
 } // namespace
 
+const std::optional<std::string>* cell(const result_table& t, std::size_t row, std::size_t col) {
+    if (row >= t.rows.size() || col >= t.rows[row].size())
+        return nullptr;
+    return &t.rows[row][col];
+}
+
+std::optional<std::int64_t> int_at(const result_table& t, std::size_t row, std::size_t col) {
+    auto c = cell(t, row, col);
+    if (!c || !*c)
+        return std::nullopt;
+    return t.binary ? decode_int8(**c) : parse_int(**c);
+}
+
+bool bool_at(const result_table& t, std::size_t row, std::size_t col) {
+    auto c = cell(t, row, col);
+    if (!c || !*c)
+        return false;
+    if (t.binary)
+        return !(*c)->empty() && (**c)[0] != 0;
+    return **c == "t";
+}
+
+std::string text_at(const result_table& t, std::size_t row, std::size_t col) {
+    auto c = cell(t, row, col);
+    return c && *c ? **c : std::string();
+}
+
+std::optional<std::string> optional_text_at(const result_table& t, std::size_t row,
+                                            std::size_t col) {
+    auto c = cell(t, row, col);
+    return c ? *c : std::nullopt;
+}
+
+// The value of the column named `name` (NULL, or no such column: nullopt).
+std::optional<std::string> named_at(const result_table& t, std::size_t row, std::string_view name) {
+    for (std::size_t c = 0; c < t.columns.size(); ++c)
+        if (t.columns[c].name == name) {
+            auto v = cell(t, row, c);
+            return v ? *v : std::nullopt;
+        }
+    return std::nullopt;
+}
+
 std::optional<std::int64_t> decode_int8(std::string_view bytes) noexcept {
     if (bytes.size() != 8)
         return std::nullopt;
@@ -217,7 +220,8 @@ std::optional<write_mapping> map_answered(const result_table& t, std::size_t row
         return std::nullopt;
     write_mapping m;
     if (!bool_at(t, row, o)) {
-        m.result = failure<write_result>(errc::idempotency_key_reused, key_reused);
+        m.result =
+            failure<write_result>(errc::idempotency_key_reused, idempotency_key_reused_message);
         return m;
     }
     m.result.replayed = true;
@@ -447,7 +451,8 @@ write_result replay_write(const idem_record& rec, std::string_view fingerprint, 
 
 operation_result replay_operation(const idem_record& rec, std::string_view fingerprint) {
     if (rec.fingerprint != fingerprint)
-        return failure<operation_result>(errc::idempotency_key_reused, key_reused);
+        return failure<operation_result>(errc::idempotency_key_reused,
+                                         idempotency_key_reused_message);
     operation_result r;
     r.replayed = true;
     r.token = rec.token;

@@ -193,6 +193,17 @@ operation_result map_prepare_failure(const result_table& r, std::string_view nam
 // embedded, NULL as null, everything else as a string. Text format only.
 std::string rows_to_json(const result_table& t);
 
+// A result_table's cells, in text or binary format, for every mapping of rows (here and
+// in transactions.cpp). Out of range or NULL: nullptr, nullopt, false, "".
+const std::optional<std::string>* cell(const result_table& t, std::size_t row, std::size_t col);
+std::optional<std::int64_t> int_at(const result_table& t, std::size_t row, std::size_t col);
+bool bool_at(const result_table& t, std::size_t row, std::size_t col);
+std::string text_at(const result_table& t, std::size_t row, std::size_t col);
+std::optional<std::string> optional_text_at(const result_table& t, std::size_t row,
+                                            std::size_t col);
+// The value of the column named `name` (NULL, or no such column: nullopt).
+std::optional<std::string> named_at(const result_table& t, std::size_t row, std::string_view name);
+
 // Binary-format helpers (network byte order), exposed for tests.
 std::optional<std::int64_t> decode_int8(std::string_view bytes) noexcept;
 std::optional<std::int64_t> parse_int(std::string_view text) noexcept;

@@ -7,27 +7,6 @@ namespace {
 
 using transport = exec_outcome::transport;
 
-const std::optional<std::string>* cell(const result_table& t, std::size_t row, std::size_t col) {
-    if (row >= t.rows.size() || col >= t.rows[row].size())
-        return nullptr;
-    return &t.rows[row][col];
-}
-
-std::optional<std::int64_t> int_at(const result_table& t, std::size_t row, std::size_t col) {
-    auto c = cell(t, row, col);
-    return c && *c ? parse_int(**c) : std::nullopt;
-}
-
-bool bool_at(const result_table& t, std::size_t row, std::size_t col) {
-    auto c = cell(t, row, col);
-    return c && *c && **c == "t";
-}
-
-std::optional<std::string> text_at(const result_table& t, std::size_t row, std::size_t col) {
-    auto c = cell(t, row, col);
-    return c ? *c : std::nullopt;
-}
-
 txn_result refused(errc e, std::size_t op_index, std::string message = {}) {
     txn_result r;
     r.error = e;
@@ -90,7 +69,7 @@ txn_checks map_txn_checks(const result_table& t, const std::vector<txn_op>& ops)
         }
         if (bool_at(t, i, 1)) {
             out.refusal = refused(errc::lock_mismatch, i);
-            out.refusal.lock = text_at(t, i, 2).value_or(std::string());
+            out.refusal.lock = text_at(t, i, 2);
             out.results.clear();
             return out;
         }
@@ -105,7 +84,7 @@ txn_checks map_txn_checks(const result_table& t, const std::vector<txn_op>& ops)
             }
             out.refusal = refused(errc::stale_token, i);
             out.refusal.current_token = *current;
-            out.refusal.floor = text_at(t, i, 5);
+            out.refusal.floor = optional_text_at(t, i, 5);
             return out;
         }
         if (bool_at(t, i, 6)) {
@@ -124,9 +103,7 @@ txn_checks map_txn_checks(const result_table& t, const std::vector<txn_op>& ops)
 
 txn_result replay_txn(const idem_record& rec, std::string_view fingerprint) {
     if (rec.fingerprint != fingerprint)
-        return failure<txn_result>(
-            errc::idempotency_key_reused,
-            "this Idempotency-Key was used for a different request; nothing was applied");
+        return failure<txn_result>(errc::idempotency_key_reused, idempotency_key_reused_message);
     txn_result r;
     r.replayed = true;
     r.results_json = rec.rows_json;

@@ -1,18 +1,12 @@
 #include "proxy/detail/bad_header.hpp"
 
+#include <boost/beast/core/string.hpp>
+
 #include <algorithm>
-#include <cctype>
 
 namespace fk::proxy::detail {
 
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
 
 bool has_control(std::string_view value) noexcept {
     return std::any_of(value.begin(), value.end(), [](char ch) {
@@ -36,9 +30,10 @@ errc classify_bad_header_value(std::string_view raw) noexcept {
         auto name = line.substr(0, colon);
         if (!has_control(line.substr(colon + 1)))
             continue;
-        if (iequals(name, "Fencing-Token") || iequals(name, "X-Fencing-Token"))
+        if (boost::beast::iequals(name, "Fencing-Token") ||
+            boost::beast::iequals(name, "X-Fencing-Token"))
             return errc::invalid_token;
-        if (iequals(name, "Fencing-Lock"))
+        if (boost::beast::iequals(name, "Fencing-Lock"))
             return errc::invalid_name;
     }
     return errc::invalid_request;

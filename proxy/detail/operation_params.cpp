@@ -1,6 +1,7 @@
 #include "proxy/detail/operation_params.hpp"
 
 #include "fence/json_string.hpp"
+#include "proxy/detail/excerpt.hpp"
 #include "proxy/detail/json_reader.hpp"
 
 #include <algorithm>
@@ -15,11 +16,6 @@ constexpr std::string_view shape = "the body must be JSON {\"params\": [...]}";
 
 std::string count_of(std::size_t n) {
     return std::to_string(n) + (n == 1 ? " parameter" : " parameters");
-}
-
-std::string excerpt(std::string_view s) {
-    constexpr std::size_t max = 64;
-    return s.size() <= max ? std::string{s} : std::string{s.substr(0, max)} + "...";
 }
 
 // JSON events → parameters. Depth 1 is the body's object, 2 the params array; each

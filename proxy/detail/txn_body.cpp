@@ -1,6 +1,7 @@
 #include "proxy/detail/txn_body.hpp"
 
 #include "fence/names.hpp"
+#include "proxy/detail/excerpt.hpp"
 #include "proxy/detail/json_reader.hpp"
 #include "proxy/detail/operation_params.hpp"
 
@@ -293,11 +294,6 @@ public:
     }
 
 private:
-    static std::string excerpt(std::string_view s) {
-        constexpr std::size_t max = 64;
-        return s.size() <= max ? std::string{s} : std::string{s.substr(0, max)} + "...";
-    }
-
     bool fail(std::string message, errc e = errc::invalid_request) {
         if (out.message.empty()) {
             out.error = e;
