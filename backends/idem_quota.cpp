@@ -219,7 +219,7 @@ net::awaitable<write_result> idem_quota::raise_floor(floor_request req) {
 }
 
 net::awaitable<txn_result> idem_quota::transact(txn_request req) {
-    // A transaction of guards only comes without its key (proxy/handlers.cpp,
+    // A transaction of guards only comes without its key (proxy/routes/transactions.cpp,
     // txn_idempotency_of): nothing recorded, nothing counted.
     return counted(std::move(req), &store::transact);
 }

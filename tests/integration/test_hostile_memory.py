@@ -21,7 +21,7 @@ RSS by 5.4 GB).
     (count unknown) and to one that does not exist.
   - POST /v1/transactions whose one op holds a string as long as the body: a body with
     escapes that ends in a control character, and a key (both stores), 2 at once
-    (N_LONG): bodies are parsed one at a time (proxy/handlers.cpp, parse_pool), so more
+    (N_LONG): bodies are parsed one at a time (proxy/routes/pipeline.hpp, parse_pool), so more
     copies only add their bodies, waiting. nlohmann's lexer, which read the bodies before
     proxy/detail/json_reader.hpp, allocated up to 8.7 times such a string; in RSS the
     escaped one grew 71.5 MiB on c886915 (fails: over 64 MiB), 22.9 MiB now; the key
