@@ -16,7 +16,7 @@ namespace {
 // The caller's space of Idempotency-Keys (docs/api.md#retries-and-exactly-once): a scoped
 // client's name, so that two clients never share a record, a claim or a 422; "" for the
 // single bearer token and auth off, where every caller is the same caller. Client names
-// are never empty (config/parse.cpp), so no client shares the "" space.
+// are never empty (config/keys.cpp), so no client shares the "" space.
 std::string_view scope_of(const call& c) noexcept {
     return c.ctx.scope ? std::string_view{c.ctx.scope->name} : std::string_view{};
 }
